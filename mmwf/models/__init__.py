@@ -1,0 +1,3 @@
+from . import backbones, layers, necks
+
+__all__ = ['backbones', 'layers', 'necks']

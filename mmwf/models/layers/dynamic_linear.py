@@ -1,0 +1,160 @@
+"""Dynamic linear layers: W(X) = W0 + dW(X), paper eq. 3, with the predictors of Table 1 (eqs. 4-8).
+
+Every layer maps tokens x (B, N, Cin) on an H x W grid to (B, N, Cout). The static weight ``w`` is stored
+input-major (Cin, Cout) and the bias ``b`` (Cout), as in the released WeightFormer. The predicted update is
+normalised per output column, dW / (||dW||_col + 1), as the release does, then y = x (w + dW) + b.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.init import trunc_normal_
+
+from mmwf.registry import MODELS
+
+
+def tokens_to_map(x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+    """(B, H*W, C) tokens -> (B, C, H, W) view in channels-last memory (no copy)."""
+    return x.unflatten(1, hw).permute(0, 3, 1, 2)
+
+
+def map_to_tokens(x: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) -> (B, H*W, C); free when ``x`` is channels-last."""
+    return x.permute(0, 2, 3, 1).flatten(1, 2)
+
+
+def pool_tokens(x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+    """AvgPool2d(2) of the token grid (floor for odd sizes), back as tokens (B, N', C)."""
+    return map_to_tokens(F.avg_pool2d(tokens_to_map(x, hw), 2))
+
+
+class DynamicLinear(nn.Module):
+    """Base class: y = x (W0 + dW(X)) + b. Subclasses implement :meth:`delta`.
+
+    Args:
+        in_features: Cin.
+        out_features: Cout.
+    """
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.w = nn.Parameter(trunc_normal_(torch.empty(in_features, out_features), std=0.02))
+        self.b = nn.Parameter(trunc_normal_(torch.empty(out_features), std=0.02))
+
+    def delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        """Predict dW (B, Cin, Cout) from tokens x (B, N, Cin)."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        dw = self.delta(x, hw)
+        dw = dw / (dw.norm(dim=1, keepdim=True) + 1)
+        return torch.matmul(x, self.w + dw) + self.b
+
+    def extra_repr(self) -> str:
+        return f'in_features={self.in_features}, out_features={self.out_features}'
+
+
+@MODELS.register_module()
+class GAPDynamicLinear(DynamicLinear):
+    """Eq. 4: dW = reshape(MLP(GAP(X))), MLP = Linear(Cin, hidden) -> GELU -> Linear(hidden, Cin*Cout)."""
+
+    def __init__(self, in_features: int, out_features: int, hidden: int = 4) -> None:
+        super().__init__(in_features, out_features)
+        self.wfm = nn.Sequential(nn.Linear(in_features, hidden), nn.GELU(),
+                                 nn.Linear(hidden, in_features * out_features))
+
+    def delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        return self.wfm(x.mean(1)).view(-1, self.in_features, self.out_features)
+
+
+class CorrelationDynamicLinear(DynamicLinear):
+    """Shared part of eqs. 5-7: the correlation X^T X (B, Cin, Cin) of the (optionally pooled) tokens,
+    scaled by Cin^-0.5 / N with N the un-pooled token count (the release's scaling)."""
+
+    def __init__(self, in_features: int, out_features: int, pool: bool = True) -> None:
+        super().__init__(in_features, out_features)
+        self.pool = pool
+
+    def correlation(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        xp = pool_tokens(x, hw) if self.pool else x
+        return torch.matmul(xp.transpose(1, 2), xp) * (self.in_features ** -0.5 / x.shape[1])
+
+
+@MODELS.register_module()
+class LinearDynamicLinear(CorrelationDynamicLinear):
+    """Eq. 5: dW = W1 (X^T X) W2, W1 (Cin, Cin), W2 (Cin, Cout); ``pool`` picks w/ or w/o pooling."""
+
+    def __init__(self, in_features: int, out_features: int, pool: bool = True) -> None:
+        super().__init__(in_features, out_features, pool)
+        self.w1 = nn.Parameter(trunc_normal_(torch.empty(in_features, in_features), std=0.02))
+        self.w2 = nn.Parameter(trunc_normal_(torch.empty(in_features, out_features), std=0.02))
+
+    def delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        return torch.matmul(torch.matmul(self.w1, self.correlation(x, hw)), self.w2)
+
+
+@MODELS.register_module()
+class NonlinearDynamicLinear(LinearDynamicLinear):
+    """Eq. 6: dW = SiLU(W1 (X^T X) W2)."""
+
+    def delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        return F.silu(super().delta(x, hw))
+
+
+@MODELS.register_module()
+class DeepDynamicLinear(CorrelationDynamicLinear):
+    """Eq. 7: dW = W1 SiLU(W2 (X^T X) W3) W4, low rank: W1 (Cin, r1), W2 (r1, Cin), W3 (Cin, r2),
+    W4 (r2, Cout) with r1 = Cin / ratio, r2 = Cout / ratio."""
+
+    def __init__(self, in_features: int, out_features: int, pool: bool = True, ratio: int = 4) -> None:
+        super().__init__(in_features, out_features, pool)
+        r1, r2 = in_features // ratio, out_features // ratio
+        shapes = dict(w1=(in_features, r1), w2=(r1, in_features), w3=(in_features, r2), w4=(r2, out_features))
+        for name, shape in shapes.items():
+            setattr(self, name, nn.Parameter(trunc_normal_(torch.empty(shape), std=0.02)))
+
+    def delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        inner = F.silu(torch.matmul(torch.matmul(self.w2, self.correlation(x, hw)), self.w3))
+        return torch.matmul(torch.matmul(self.w1, inner), self.w4)
+
+
+@MODELS.register_module()
+class BilateralDynamicLinear(DynamicLinear):
+    """Eq. 8, Bilateral Activation (the released strategy): dW = W1 SiLU(W2 X^T) SiLU(X W3) W4.
+
+    Released layout: ``wfm`` = Linear(Cin, Cin/r + Cout/r) holds W2 and W3 (with bias), ``w1`` (Cin/r, Cin),
+    ``w2`` (Cout/r, Cout). On the 2x2-pooled tokens Xp (B, N', Cin), with [A, B] = split(wfm(Xp)):
+    dW = (SiLU(A) w1)^T (SiLU(B) w2) * Cin^-0.5 / N. The product is evaluated in whichever order costs
+    fewer multiply-adds: the release's (through (N', Cout) intermediates, cheap for few tokens) or
+    w1^T (SiLU(A)^T SiLU(B)) w2 (independent of N' after the small core, cheap at high resolution).
+    """
+
+    def __init__(self, in_features: int, out_features: int, ratio: int = 4) -> None:
+        super().__init__(in_features, out_features)
+        self.r_in, self.r_out = in_features // ratio, out_features // ratio
+        self.wfm = nn.Linear(in_features, self.r_in + self.r_out)
+        self.w1 = nn.Parameter(trunc_normal_(torch.empty(self.r_in, in_features), std=0.02))
+        self.w2 = nn.Parameter(trunc_normal_(torch.empty(self.r_out, out_features), std=0.02))
+
+    def delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        xp = pool_tokens(x, hw)
+        a, b = F.silu(self.wfm(xp)).split([self.r_in, self.r_out], dim=-1)
+        scale = self.in_features ** -0.5 / x.shape[1]
+        n, cin, cout, ri, ro = xp.shape[1], self.in_features, self.out_features, self.r_in, self.r_out
+        cost_tokens = n * (ri * cin + ro * cout + cin * cout)
+        cost_core = n * ri * ro + cin * ri * ro + cin * ro * cout
+        if cost_tokens <= cost_core:
+            p, q = torch.matmul(a, self.w1), torch.matmul(b, self.w2)
+            return torch.matmul(p.transpose(1, 2), q) * scale
+        core = torch.matmul(a.transpose(1, 2), b) * scale
+        return torch.matmul(torch.matmul(self.w1.t(), core), self.w2)
+
+
+@MODELS.register_module()
+class StaticLinear(nn.Linear):
+    """nn.Linear with the dynamic layers' call signature ``(x, hw)``; the grid is unused."""
+
+    def forward(self, x: torch.Tensor, hw: tuple[int, int] | None = None) -> torch.Tensor:
+        return super().forward(x)

@@ -1,0 +1,61 @@
+"""Strict checkpoint loading for our backbones."""
+from __future__ import annotations
+
+import torch.nn as nn
+from mmengine.logging import print_log
+
+from mmwf.utils.checkpoint import load_state_dict_file
+
+
+def _listing(keys: list[str], limit: int = 20) -> str:
+    more = f' ... and {len(keys) - limit} more' if len(keys) > limit else ''
+    return ', '.join(keys[:limit]) + more
+
+
+def load_backbone_checkpoint(model: nn.Module, path: str, prefix: str | None = None,
+                             convert: callable | None = None) -> None:
+    """Load ``path`` into ``model`` strictly; any mismatch is an error that lists the keys.
+
+    Args:
+        model: the backbone.
+        path: ``.pth`` (weights-only) or ``.safetensors``; tensors at the top level or under
+            ``state_dict`` / ``model``.
+        prefix: keep only keys under this prefix (e.g. ``'backbone.'`` for a detector checkpoint) and strip
+            it. Without it, a checkpoint whose keys all start with ``backbone.`` is unwrapped automatically.
+        convert: optional function mapping the checkpoint's state dict to our names and shapes.
+
+    Keys under a top-level name the model was built without (a 1000-class ``head`` in a dense backbone,
+    ``norm`` with ``final_norm=False``) are skipped and logged; every other unexpected, missing or
+    mis-shaped key raises.
+    """
+    state = load_state_dict_file(path)
+    if prefix is None and state and all(k.startswith('backbone.') for k in state):
+        prefix = 'backbone.'
+    if prefix:
+        state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        if not state:
+            raise ValueError(f'{path!r} has no keys under prefix {prefix!r}.')
+    if convert is not None:
+        state = convert(state)
+    own = model.state_dict()
+    own_tops = {k.split('.')[0] for k in own}
+    skipped = [k for k in state if k.split('.')[0] not in own_tops]
+    for k in skipped:
+        del state[k]
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    mismatched = sorted(f'{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(own[k].shape)}'
+                        for k in set(own) & set(state) if state[k].shape != own[k].shape)
+    if missing or unexpected or mismatched:
+        lines = [f'{path!r} does not match {type(model).__name__} (is it a checkpoint of this architecture '
+                 'and size?).']
+        if missing:
+            lines.append(f'missing keys ({len(missing)}): {_listing(missing)}')
+        if unexpected:
+            lines.append(f'unexpected keys ({len(unexpected)}): {_listing(unexpected)}')
+        if mismatched:
+            lines.append(f'shape mismatches ({len(mismatched)}): {_listing(mismatched)}')
+        raise ValueError('\n'.join(lines))
+    model.load_state_dict(state, strict=True)
+    note = f'; skipped {len(skipped)} keys of modules this model omits: {_listing(skipped, 5)}' if skipped else ''
+    print_log(f'loaded {len(state)} tensors into {type(model).__name__} from {path}{note}', logger='current')

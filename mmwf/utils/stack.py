@@ -1,0 +1,71 @@
+"""Check that the installed MMLab stack is one mmwf supports, without importing mmcv / mmdet / mmseg."""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from pathlib import Path
+
+from packaging.version import Version
+
+# package -> (lowest supported, first unsupported); see ../shared/docs/environment.md
+SUPPORTED = {
+    'torch': ('2.6.0', '3.0.0'),
+    'mmengine': ('0.10.0', '0.11.0'),
+    'mmcv': ('2.0.0', '2.2.0'),
+    'mmdet': ('3.0.0', '3.4.0'),
+    'mmsegmentation': ('1.0.0', '1.3.0'),
+}
+FIX = 'Run `make install` in the mmwf repository (it builds mmcv 2.1.0 with ops and pins the rest).'
+
+
+class StackError(RuntimeError):
+    """The installed packages cannot run mmwf; the message says what is wrong and how to fix it."""
+
+
+def installed_version(package: str) -> Version | None:
+    try:
+        return Version(importlib.metadata.version(package))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def mmcv_has_ops() -> bool:
+    """True when mmcv's compiled extension ``mmcv._ext`` is present (checked on disk, not imported)."""
+    spec = importlib.util.find_spec('mmcv')
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    return any(any(Path(p).glob('_ext*.so')) or any(Path(p).glob('_ext*.pyd'))
+               for p in spec.submodule_search_locations)
+
+
+def stack_problems(require_mmcv_ops: bool = False) -> list[str]:
+    """List what is wrong with the installed stack (empty when it is fine).
+
+    Packages that are not installed are fine (the backbones need only torch, timm and mmengine), except
+    mmcv when ``require_mmcv_ops`` is set. An installed package must be inside ``SUPPORTED``.
+    """
+    problems = []
+    for package, (low, high) in SUPPORTED.items():
+        version = installed_version(package)
+        if version is None:
+            continue
+        release = Version(version.base_version)
+        if not Version(low) <= release < Version(high):
+            problems.append(f'{package} {version} is installed; mmwf supports {package}>={low},<{high}')
+    if installed_version('mmcv-lite') is not None:
+        problems.append('mmcv-lite is installed; it has no compiled ops (mmdet RoIAlign / NMS need them). '
+                        'Uninstall it and install full mmcv')
+    if installed_version('mmcv') is not None and not mmcv_has_ops():
+        problems.append('mmcv is installed without its compiled ops (mmcv._ext is missing); it was built '
+                        'without MMCV_WITH_OPS=1')
+    elif require_mmcv_ops and installed_version('mmcv') is None:
+        problems.append('mmcv (with ops) is not installed; mmdet and mmseg need it')
+    return problems
+
+
+def check_stack(require_mmcv_ops: bool = False) -> None:
+    """Raise :class:`StackError` naming every problem with the stack and the one command that fixes it."""
+    problems = stack_problems(require_mmcv_ops)
+    if problems:
+        lines = '\n'.join(f'  - {p}' for p in problems)
+        raise StackError(f'mmwf cannot run on this software stack:\n{lines}\n{FIX}')

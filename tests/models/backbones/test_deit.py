@@ -1,0 +1,52 @@
+import pytest
+import timm
+import torch
+
+from mmwf.models.backbones import DeiT
+
+
+@pytest.fixture(scope='module')
+def timm_deit():
+    return timm.create_model('deit_tiny_patch16_224').eval()
+
+
+def test_global_attention_reproduces_timm(timm_deit, tmp_path):
+    path = tmp_path / 'deit_tiny.pth'
+    torch.save({'model': timm_deit.state_dict()}, path)  # the official DeiT nesting
+    ours = DeiT('t', out_indices=(5, 11), num_classes=1000, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    ours.init_weights()
+    ours.eval()
+    img = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        ref = timm_deit.forward_features(img)
+        feats = ours(img)
+        assert torch.allclose(ours.forward_classifier(img), timm_deit(img), atol=1e-5)
+    assert feats[1].shape == (2, 192, 14, 14)
+    assert torch.allclose(feats[1].flatten(2).transpose(1, 2), ref[:, 1:], atol=1e-5)
+
+
+def test_dense_backbone_skips_head_and_resamples_position_embedding(timm_deit, tmp_path):
+    path = tmp_path / 'deit_tiny.pth'
+    torch.save(timm_deit.state_dict(), path)
+    model = DeiT('t', with_cls_token=False, window_size=14, window_block_indexes=(0, 1, 3, 4, 6, 7, 9, 10),
+                 out_indices=(11,), init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model.init_weights()
+    assert not hasattr(model, 'cls_token')
+    img = torch.randn(1, 3, 16 * 21, 16 * 30)  # grid 21 x 30: windows need padding
+    out = model(img)[0]
+    assert out.shape == (1, 192, 21, 30)
+    out.mean().backward()
+    assert model.pos_embed.grad is not None
+
+
+def test_window_partition_round_trip():
+    from mmwf.models.backbones.deit import window_partition, window_unpartition
+    x = torch.randn(2, 5 * 7, 4)
+    windows, padded = window_partition(x, (5, 7), 3)
+    assert windows.shape == (2 * 2 * 3, 9, 4) and padded == (6, 9)
+    assert torch.equal(window_unpartition(windows, (5, 7), padded, 3), x)
+
+
+def test_windows_with_class_token_is_rejected():
+    with pytest.raises(ValueError, match='with_cls_token=False'):
+        DeiT('t', window_size=14, window_block_indexes=(0,))

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# One-command set-up of the mmwf stack in ./.venv (see ../shared/docs/environment.md).
+# Idempotent: every step is skipped when already satisfied; mmcv is built once and cached outside the repo.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${MMWF_VENV:-$ROOT/.venv}"
+PY_BOOT="${PYTHON:-python3.11}"
+CACHE="${MMWF_CACHE:-$HOME/.cache/mmwf}"
+TORCH_VER=2.14.1
+TORCHVISION_VER=0.29.1
+MMCV_VER=2.1.0
+
+step() { CURRENT_STEP="$1"; echo "==> [mmwf install] $1"; }
+fail() {
+  echo "!! [mmwf install] step failed: ${CURRENT_STEP:-start}" >&2
+  echo "!! $1" >&2
+  exit 1
+}
+trap 'fail "see the output above; fix the cause and re-run \`make install\` (finished steps are skipped)."' ERR
+
+step "python interpreter"
+command -v "$PY_BOOT" >/dev/null || PY_BOOT=python3
+"$PY_BOOT" -c 'import sys; assert sys.version_info[:2] >= (3, 10)' \
+  || fail "need Python >= 3.10 (3.11 verified); set PYTHON=/path/to/python3.11"
+
+step "virtual environment at $VENV"
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY_BOOT" -m venv "$VENV" || fail "python -m venv failed; install the venv module (Debian: apt-get install python3-venv)"
+fi
+PY="$VENV/bin/python"
+PIP=("$PY" -m pip install --disable-pip-version-check -q)
+
+step "torch $TORCH_VER / torchvision $TORCHVISION_VER"
+if ! "$PY" -c "import torch, torchvision; assert torch.__version__.split('+')[0] == '$TORCH_VER'" 2>/dev/null; then
+  "${PIP[@]}" "torch==$TORCH_VER" "torchvision==$TORCHVISION_VER" \
+    || fail "pip could not install torch==$TORCH_VER torchvision==$TORCHVISION_VER (check the package index / disk space)"
+fi
+
+step "build tools and pure-Python requirements"
+"${PIP[@]}" "setuptools<81" wheel ninja -r "$ROOT/requirements.txt" \
+  || fail "pip could not install requirements.txt"
+
+step "mmcv $MMCV_VER with compiled ops"
+if ! "$PY" -c "import mmcv, mmcv._ext; assert mmcv.__version__ == '$MMCV_VER'" 2>/dev/null; then
+  KEY=$("$PY" - <<PYEOF
+import sys, torch
+dev = f"cu{torch.version.cuda.replace('.', '')}" if torch.cuda.is_available() else "cpu"
+print(f"mmcv{'$MMCV_VER'}-torch{torch.__version__.split('+')[0]}-{dev}-cp{sys.version_info[0]}{sys.version_info[1]}")
+PYEOF
+)
+  WHEEL_DIR="$CACHE/wheels/$KEY"
+  mkdir -p "$WHEEL_DIR"
+  if ! ls "$WHEEL_DIR"/mmcv-*.whl >/dev/null 2>&1; then
+    echo "    no cached wheel in $WHEEL_DIR: building mmcv from the sdist (about 10 minutes on 2 cores)"
+    BUILD=$(mktemp -d)
+    "$PY" -m pip download --disable-pip-version-check -q --no-deps --no-binary :all: "mmcv==$MMCV_VER" -d "$BUILD" \
+      || fail "could not download the mmcv $MMCV_VER sdist from the package index"
+    tar -xzf "$BUILD"/mmcv-"$MMCV_VER".tar.gz -C "$BUILD"
+    SRC="$BUILD/mmcv-$MMCV_VER"
+    # torch >= 2.6 headers need C++20; the sdist hard-codes c++14/c++17.
+    sed -i -e 's/-std=c++14/-std=c++20/g' -e 's/-std=c++17/-std=c++20/g' "$SRC/setup.py"
+    if "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+      export FORCE_CUDA=1
+      TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-$("$PY" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())')}"
+      export TORCH_CUDA_ARCH_LIST
+    else
+      export FORCE_CUDA=0
+    fi
+    (cd "$SRC" && MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
+      "$PY" -m pip wheel --disable-pip-version-check -q --no-build-isolation --no-deps -w "$WHEEL_DIR" .) \
+      || fail "building mmcv $MMCV_VER failed (compiler output above); a C++20 compiler (g++ >= 10) is needed"
+    rm -rf "$BUILD"
+  else
+    echo "    using cached wheel from $WHEEL_DIR"
+  fi
+  "${PIP[@]}" --no-deps "$WHEEL_DIR"/mmcv-*.whl || fail "installing the cached mmcv wheel failed; delete $WHEEL_DIR and re-run"
+fi
+
+step "mmdet / mmsegmentation"
+"${PIP[@]}" "mmdet==3.3.0" "mmsegmentation==1.2.2" || fail "pip could not install mmdet==3.3.0 / mmsegmentation==1.2.2"
+
+step "mmwf (editable) and test tools"
+"${PIP[@]}" --no-build-isolation --no-deps -e "$ROOT" || fail "pip install -e . failed"
+"${PIP[@]}" -r "$ROOT/requirements/tests.txt" || fail "pip could not install the test requirements"
+
+step "stack check"
+"$PY" -c "import mmwf; from mmwf.utils import check_stack; check_stack(require_mmcv_ops=True); print('stack ok')" \
+  || fail "the stack check failed (message above)"

@@ -1,0 +1,64 @@
+"""Turn a trusted training checkpoint into a weights-only file that mmwf (and torch.load) can open safely.
+
+The WeightFormer release's training checkpoints (``.pth`` with ``model``, ``optimizer``, ``lr_scheduler``,
+``config`` as a pickled yacs ``CfgNode``, ...) cannot be opened weights-only. This tool unpickles such a
+file *only* when ``--trust-source`` is given, keeps the model tensors and writes
+``{'state_dict': ..., 'meta': {...}}``, which loads with ``weights_only=True``.
+
+    python tools/model_converters/clean_checkpoint.py ckpt_epoch_299.pth weightformer_t.pth --trust-source
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+
+def extract_tensors(ckpt: object) -> dict[str, torch.Tensor]:
+    for key in ('state_dict', 'model', 'module'):
+        if isinstance(ckpt, dict) and isinstance(ckpt.get(key), dict):
+            ckpt = ckpt[key]
+            break
+    if not isinstance(ckpt, dict):
+        raise ValueError('the file holds no state dict (expected tensors under state_dict / model)')
+    tensors = {k: v for k, v in ckpt.items() if isinstance(v, torch.Tensor)}
+    if not tensors:
+        raise ValueError('the file holds no tensors')
+    return tensors
+
+
+def convert(src: str, dst: str, trust_source: bool) -> int:
+    try:
+        ckpt = torch.load(src, map_location='cpu', weights_only=True)
+    except FileNotFoundError:
+        raise SystemExit(f'error: no such checkpoint: {src}') from None
+    except Exception as err:
+        if not trust_source:
+            raise SystemExit(f'error: {src} holds Python objects that weights-only loading refuses '
+                             f'({str(err).splitlines()[-1].strip()}).\nUnpickling it can run arbitrary code. '
+                             'Re-run with --trust-source only if you trust where the file came from.') from None
+        try:
+            ckpt = torch.load(src, map_location='cpu', weights_only=False)
+        except ModuleNotFoundError as missing:
+            raise SystemExit(f'error: unpickling {src} needs the module {missing.name!r} '
+                             f'(e.g. `pip install {missing.name}`)') from None
+    tensors = extract_tensors(ckpt)
+    torch.save({'state_dict': tensors, 'meta': {'converted_from': src}}, dst)
+    torch.load(dst, weights_only=True)  # the result must open safely
+    print(f'wrote {len(tensors)} tensors to {dst}')
+    return len(tensors)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('src', help='checkpoint to clean (.pth)')
+    parser.add_argument('dst', help='weights-only output file')
+    parser.add_argument('--trust-source', action='store_true',
+                        help='allow full unpickling of SRC (runs code stored in the file)')
+    args = parser.parse_args(argv)
+    convert(args.src, args.dst, args.trust_source)
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])
