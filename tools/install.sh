@@ -29,7 +29,12 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY_BOOT" -m venv "$VENV" || fail "python -m venv failed; install the venv module (Debian: apt-get install python3-venv)"
 fi
 PY="$VENV/bin/python"
-PIP=("$PY" -m pip install --disable-pip-version-check -q)
+# pip, minus the machine-level index's "Location ... is ignored" noise; keeps pip's exit status
+pip_quiet() {
+  "$PY" -m pip "$@" --disable-pip-version-check -q 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
+  return "${PIPESTATUS[0]}"
+}
+PIP=(pip_quiet install)
 
 step "torch $TORCH_VER / torchvision $TORCHVISION_VER"
 if ! "$PY" -c "import torch, torchvision; assert torch.__version__.split('+')[0] == '$TORCH_VER'" 2>/dev/null; then
@@ -54,7 +59,7 @@ PYEOF
   if ! ls "$WHEEL_DIR"/mmcv-*.whl >/dev/null 2>&1; then
     echo "    no cached wheel in $WHEEL_DIR: building mmcv from the sdist (about 10 minutes on 2 cores)"
     BUILD=$(mktemp -d)
-    "$PY" -m pip download --disable-pip-version-check -q --no-deps --no-binary :all: "mmcv==$MMCV_VER" -d "$BUILD" \
+    pip_quiet download --no-deps --no-binary :all: "mmcv==$MMCV_VER" -d "$BUILD" \
       || fail "could not download the mmcv $MMCV_VER sdist from the package index"
     tar -xzf "$BUILD"/mmcv-"$MMCV_VER".tar.gz -C "$BUILD"
     SRC="$BUILD/mmcv-$MMCV_VER"
@@ -68,7 +73,7 @@ PYEOF
       export FORCE_CUDA=0
     fi
     (cd "$SRC" && MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
-      "$PY" -m pip wheel --disable-pip-version-check -q --no-build-isolation --no-deps -w "$WHEEL_DIR" .) \
+      pip_quiet wheel --no-build-isolation --no-deps -w "$WHEEL_DIR" .) \
       || fail "building mmcv $MMCV_VER failed (compiler output above); a C++20 compiler (g++ >= 10) is needed"
     rm -rf "$BUILD"
   else

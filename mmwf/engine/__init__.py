@@ -1,0 +1,3 @@
+from . import optimizers
+
+__all__ = ['optimizers']

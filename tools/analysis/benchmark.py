@@ -1,8 +1,9 @@
 """Inference throughput of WeightFormer, the static baseline CNN and DeiT (timm), measured side by side.
 
-Models run interleaved, round after round, on identical inputs; each figure is the median over rounds,
-and ratios are taken against DeiT-T of the same run. CPU by default (threads = all cores); ``--device cuda``
-times with CUDA events' synchronisation.
+Models run interleaved, round after round, on identical inputs. Throughput is the median over rounds;
+a ratio is the median over rounds of (reference time / model time) within the same round, which keeps
+the machine's drifts (shared CPUs) out of the comparison. CPU by default (threads = all cores); on CUDA
+the device is synchronised around each timed loop.
 
     python tools/analysis/benchmark.py                       # 224 (batch 16), 512, 1024 (batch 1)
     python tools/analysis/benchmark.py --sizes 224 1248 --models wf-t deit-t
@@ -56,8 +57,9 @@ def time_once(model: nn.Module, x: torch.Tensor, iters: int) -> float:
     return (time.perf_counter() - start) / (iters * x.shape[0])
 
 
-def measure(names: list[str], size: int, batch: int, rounds: int, iters: int, device: str) -> dict[str, float]:
-    """Images per second of each model at one resolution, interleaved over ``rounds``."""
+def measure(names: list[str], size: int, batch: int, rounds: int, iters: int,
+            device: str) -> dict[str, list[float]]:
+    """Seconds per image of each model at one resolution, one entry per round (models interleaved)."""
     x = torch.randn(batch, 3, size, size, device=device)
     models = {n: build(n, size).to(device) for n in names}
     per_image: dict[str, list[float]] = {n: [] for n in names}
@@ -67,7 +69,7 @@ def measure(names: list[str], size: int, batch: int, rounds: int, iters: int, de
         for _ in range(rounds):
             for n, m in models.items():
                 per_image[n].append(time_once(m, x, iters))
-    return {n: 1.0 / statistics.median(t) for n, t in per_image.items()}
+    return per_image
 
 
 def parse_batches(spec: list[str]) -> dict[int, int]:
@@ -80,7 +82,7 @@ def main() -> None:
     parser.add_argument('--sizes', nargs='+', type=int, default=[224, 512, 1024])
     parser.add_argument('--batch', nargs='+', default=['224:16'],
                         help='SIZE:BATCH pairs; sizes not listed use batch 1')
-    parser.add_argument('--rounds', type=int, default=5)
+    parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--iters', type=int, default=2, help='forward passes per round')
     parser.add_argument('--reference', default='deit-t', help='model the ratios are taken against')
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
@@ -95,11 +97,12 @@ def main() -> None:
     print('|---|---|---|---|---|')
     for size in args.sizes:
         batch = batches.get(size, 1)
-        ips = measure(args.models, size, batch, args.rounds, args.iters, args.device)
-        ref = ips.get(args.reference)
-        for name, value in ips.items():
-            ratio = f'{value / ref:.2f}x' if ref else '-'
-            print(f'| {name} | {size} | {batch} | {value:.1f} | {ratio} |', flush=True)
+        times = measure(args.models, size, batch, args.rounds, args.iters, args.device)
+        ref = times.get(args.reference)
+        for name, t in times.items():
+            # the ratio is taken round by round (same moment, same machine state), then the median
+            ratio = f'{statistics.median(r / s for r, s in zip(ref, t)):.2f}x' if ref else '-'
+            print(f'| {name} | {size} | {batch} | {1 / statistics.median(t):.1f} | {ratio} |', flush=True)
 
 
 if __name__ == '__main__':

@@ -48,9 +48,14 @@ class DynamicLinear(nn.Module):
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-        dw = self.delta(x, hw)
-        dw = dw / (dw.norm(dim=1, keepdim=True) + 1)
-        return torch.matmul(x, self.w + dw) + self.b
+        # work on W^T (B, Cout, Cin): the strategies build dW^T contiguously (``delta`` returns its
+        # transposed view), so the column norms and the update run over contiguous memory
+        dw_t = self.delta(x, hw).transpose(1, 2)
+        norm = torch.linalg.vector_norm(dw_t, dim=2, keepdim=True)
+        weight_t = torch.addcdiv(self.w.t().contiguous(), dw_t, norm + 1)  # (w + dW / (||dW||_col + 1))^T
+        y = torch.matmul(x, weight_t.transpose(1, 2))
+        y += self.b
+        return y
 
     def extra_repr(self) -> str:
         return f'in_features={self.in_features}, out_features={self.out_features}'
@@ -141,15 +146,17 @@ class BilateralDynamicLinear(DynamicLinear):
     def delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         xp = pool_tokens(x, hw)
         a, b = F.silu(self.wfm(xp)).split([self.r_in, self.r_out], dim=-1)
-        scale = self.in_features ** -0.5 / x.shape[1]
+        a = a * (self.in_features ** -0.5 / x.shape[1])
         n, cin, cout, ri, ro = xp.shape[1], self.in_features, self.out_features, self.r_in, self.r_out
         cost_tokens = n * (ri * cin + ro * cout + cin * cout)
         cost_core = n * ri * ro + cin * ri * ro + cin * ro * cout
+        # both orders build dW^T (B, Cout, Cin) contiguously: the column norms then reduce over
+        # contiguous memory, and the matmul with x reads the transpose for free
         if cost_tokens <= cost_core:
             p, q = torch.matmul(a, self.w1), torch.matmul(b, self.w2)
-            return torch.matmul(p.transpose(1, 2), q) * scale
-        core = torch.matmul(a.transpose(1, 2), b) * scale
-        return torch.matmul(torch.matmul(self.w1.t(), core), self.w2)
+            return torch.matmul(q.transpose(1, 2), p).transpose(1, 2)
+        core_t = torch.matmul(b.transpose(1, 2), a)
+        return torch.matmul(torch.matmul(self.w2.t(), core_t), self.w1).transpose(1, 2)
 
 
 @MODELS.register_module()

@@ -1,0 +1,3 @@
+from .layer_decay import LayerDecayOptimWrapperConstructor
+
+__all__ = ['LayerDecayOptimWrapperConstructor']

@@ -1,0 +1,63 @@
+from importlib import import_module
+
+import pytest
+import torch.nn as nn
+from mmengine.optim import build_optim_wrapper
+from mmengine.registry import init_default_scope
+
+import mmwf  # noqa: F401
+from mmwf.models.backbones import DeiT, WeightFormer
+from mmwf.models.necks import SimpleFeaturePyramid
+
+
+class Detector(nn.Module):
+    def __init__(self, backbone):
+        super().__init__()
+        self.backbone = backbone
+        self.neck = SimpleFeaturePyramid(32, 16)
+
+
+def build(model, scope='mmdet', decay=0.7, layers=5):
+    import_module(f'{scope}.registry')
+    init_default_scope(scope)  # lookups now start in the project's child registries
+    cfg = dict(type='OptimWrapper', constructor='LayerDecayOptimWrapperConstructor',
+               optimizer=dict(type='AdamW', lr=1.0, weight_decay=0.1),
+               paramwise_cfg=dict(num_layers=layers, decay_rate=decay))
+    return build_optim_wrapper(model, cfg).optimizer
+
+
+def lookup(optimizer, model):
+    ids = {id(p): n for n, p in model.named_parameters()}
+    return {ids[id(p)]: (g['lr'], g['weight_decay']) for g in optimizer.param_groups for p in g['params']}
+
+
+@pytest.mark.parametrize('scope', ['mmdet', 'mmseg'])
+def test_weightformer_layer_ids(scope):
+    model = Detector(WeightFormer(dict(embed_dims=32, depth=5, mlp_ratio=2)))
+    groups = lookup(build(model, scope), model)
+    assert groups['backbone.patch_embed.proj.weight'] == (pytest.approx(0.7 ** 6), 0.1)
+    assert groups['backbone.init_norm.weight'] == (pytest.approx(0.7 ** 6), 0.0)
+    assert groups['backbone.blocks.0.linear1.weight'] == (pytest.approx(0.7 ** 5), 0.1)
+    assert groups['backbone.blocks.1.linear1.w'] == (pytest.approx(0.7 ** 4), 0.1)
+    assert groups['backbone.blocks.1.norm1.weight'] == (pytest.approx(0.7 ** 4), 0.0)
+    assert groups['backbone.blocks.4.linear2.bias'] == (pytest.approx(0.7), 0.1)
+    assert groups['backbone.norm.weight'] == (pytest.approx(1.0), 0.0)
+    assert groups['neck.stages.0.0.weight'] == (pytest.approx(1.0), 0.1)
+    assert groups['neck.stages.0.1.weight'] == (pytest.approx(1.0), 0.0)  # LN2d
+    assert len(groups) == sum(1 for _ in model.parameters())
+
+
+def test_deit_position_embedding_has_no_weight_decay():
+    model = Detector(DeiT(dict(embed_dims=32, depth=3, num_heads=2, mlp_ratio=2)))
+    groups = lookup(build(model, 'mmseg', decay=0.9, layers=3), model)
+    assert groups['backbone.pos_embed'] == (pytest.approx(0.9 ** 4), 0.0)
+    assert groups['backbone.cls_token'] == (pytest.approx(0.9 ** 4), 0.0)
+    assert groups['backbone.blocks.2.attn.qkv.weight'] == (pytest.approx(0.9), 0.1)
+
+
+def test_missing_settings_are_named():
+    with pytest.raises(ValueError, match='num_layers'):
+        init_default_scope('mmdet')
+        build_optim_wrapper(Detector(WeightFormer(dict(embed_dims=32, depth=2, mlp_ratio=2))),
+                            dict(constructor='LayerDecayOptimWrapperConstructor',
+                                 optimizer=dict(type='AdamW', lr=1.0), paramwise_cfg=dict(decay_rate=0.7)))
