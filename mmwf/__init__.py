@@ -10,6 +10,6 @@ from .version import __version__
 check_stack()
 enable_safe_mmengine_checkpoints()
 
-from . import engine, models  # noqa: E402  (registers modules)
+from . import analysis, engine, models  # noqa: E402  (registers modules)
 
-__all__ = ['__version__', 'models', 'engine']
+__all__ = ['__version__', 'analysis', 'models', 'engine']

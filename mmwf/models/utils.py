@@ -28,7 +28,12 @@ def load_backbone_checkpoint(model: nn.Module, path: str, prefix: str | None = N
     ``norm`` with ``final_norm=False``) are skipped and logged; every other unexpected, missing or
     mis-shaped key raises.
     """
-    state = load_state_dict_file(path)
+    try:
+        state = load_state_dict_file(path)
+    except FileNotFoundError as err:
+        hint = getattr(model, 'WEIGHTS_HINT', '')
+        raise FileNotFoundError(f'{err} {hint} To train from scratch instead, set the backbone\'s '
+                                'init_cfg=None.') from None
     if prefix is None and state and all(k.startswith('backbone.') for k in state):
         prefix = 'backbone.'
     if prefix:

@@ -115,6 +115,9 @@ class DeiT(BaseModule):
     Input (B, 3, H, W) with H, W >= patch_size; outputs a tuple of (B, C, H/p, W/p) maps.
     """
 
+    WEIGHTS_HINT = ('Official DeiT weights: deit_{tiny,small,base}_patch16_224-*.pth from the facebookresearch/deit '
+                    'repository (timm deit_*_patch16_224 checkpoints load as well).')
+
     def __init__(self,
                  arch: str | dict = 't',
                  patch_size: int = 16,

@@ -97,6 +97,10 @@ class WeightFormer(BaseModule):
     (floor division), one per ``out_indices``.
     """
 
+    WEIGHTS_HINT = ('Released ImageNet weights: model.safetensors of the Hugging Face models '
+                    'RuizeHe/weightformer-{t,s,b}, or the training checkpoints linked from the LeapLabTHU/WeightFormer '
+                    'repository (clean those with tools/model_converters/clean_checkpoint.py).')
+
     def __init__(self,
                  arch: str | dict = 't',
                  in_channels: int = 3,

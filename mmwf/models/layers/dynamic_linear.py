@@ -134,10 +134,16 @@ class BilateralDynamicLinear(DynamicLinear):
     dW = (SiLU(A) w1)^T (SiLU(B) w2) * Cin^-0.5 / N. The product is evaluated in whichever order costs
     fewer multiply-adds: the release's (through (N', Cout) intermediates, cheap for few tokens) or
     w1^T (SiLU(A)^T SiLU(B)) w2 (independent of N' after the small core, cheap at high resolution).
+    ``order='tokens'`` always takes the release's order (to count FLOPs as the paper did), ``'core'`` the other.
     """
 
-    def __init__(self, in_features: int, out_features: int, ratio: int = 4) -> None:
+    ORDERS = ('auto', 'tokens', 'core')
+
+    def __init__(self, in_features: int, out_features: int, ratio: int = 4, order: str = 'auto') -> None:
         super().__init__(in_features, out_features)
+        if order not in self.ORDERS:
+            raise ValueError(f'order must be one of {self.ORDERS}, got {order!r}')
+        self.order = order
         self.r_in, self.r_out = in_features // ratio, out_features // ratio
         self.wfm = nn.Linear(in_features, self.r_in + self.r_out)
         self.w1 = nn.Parameter(trunc_normal_(torch.empty(self.r_in, in_features), std=0.02))
@@ -152,7 +158,7 @@ class BilateralDynamicLinear(DynamicLinear):
         cost_core = n * ri * ro + cin * ri * ro + cin * ro * cout
         # both orders build dW^T (B, Cout, Cin) contiguously: the column norms then reduce over
         # contiguous memory, and the matmul with x reads the transpose for free
-        if cost_tokens <= cost_core:
+        if self.order == 'tokens' or (self.order == 'auto' and cost_tokens <= cost_core):
             p, q = torch.matmul(a, self.w1), torch.matmul(b, self.w2)
             return torch.matmul(q.transpose(1, 2), p).transpose(1, 2)
         core_t = torch.matmul(b.transpose(1, 2), a)

@@ -1,0 +1,40 @@
+# UperNet on ADE20K for plain backbones, the BEiT / Vim protocol behind Table 5: 4 maps from 4 evenly spaced
+# blocks -> Feature2Pyramid (x4, x2, x1, x0.5), UPerHead with channels = embed dim, auxiliary FCNHead on the
+# third level, 512 x 512 crops, sliding-window test (stride 341), AdamW + layer-wise lr decay 0.92, 60k iters.
+# A backbone config sets model.backbone, the channels of the neck and heads, and the number of layers.
+_base_ = ['mmseg::_base_/models/upernet_r50.py', 'mmseg::_base_/datasets/ade20k.py',
+          'mmseg::_base_/default_runtime.py']
+custom_imports = dict(imports=['mmwf'], allow_failed_imports=False)
+
+crop_size = (512, 512)
+norm_cfg = dict(type='SyncBN', requires_grad=True)
+model = dict(
+    data_preprocessor=dict(size=crop_size),
+    pretrained=None,
+    backbone=dict(_delete_=True),
+    neck=dict(type='Feature2Pyramid', rescales=[4, 2, 1, 0.5], norm_cfg=norm_cfg),
+    decode_head=dict(in_index=[0, 1, 2, 3], num_classes=150),
+    auxiliary_head=dict(in_index=2, num_classes=150),
+    test_cfg=dict(mode='slide', crop_size=crop_size, stride=(341, 341)))
+
+train_dataloader = dict(batch_size=8)  # x 4 GPUs = 32
+max_iters = 60000
+train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=6000)
+val_cfg = dict(type='ValLoop')
+test_cfg = dict(type='TestLoop')
+optim_wrapper = dict(
+    type='AmpOptimWrapper', constructor='LayerDecayOptimWrapperConstructor',
+    optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
+    paramwise_cfg=dict(num_layers=12, decay_rate=0.92))
+param_scheduler = [
+    dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500),
+    dict(type='PolyLR', power=1.0, eta_min=0.0, by_epoch=False, begin=1500, end=max_iters),
+]
+default_hooks = dict(
+    timer=dict(type='IterTimerHook'),
+    logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
+    param_scheduler=dict(type='ParamSchedulerHook'),
+    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=6000, max_keep_ckpts=2),
+    sampler_seed=dict(type='DistSamplerSeedHook'),
+    visualization=dict(type='SegVisualizationHook'))
+log_processor = dict(by_epoch=False)

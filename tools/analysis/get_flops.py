@@ -1,0 +1,113 @@
+"""Params and FLOPs (multiply-accumulates) of an mmdet / mmseg config: backbone, backbone + neck (the
+paper's "backbone" convention, dense_protocol.md) and the whole model, as a markdown table.
+
+    python tools/analysis/get_flops.py configs/upernet_wf_t_ade20k.py --shape 512 512 --paper
+    python tools/analysis/get_flops.py configs/cascade_wf_t_coco.py --shape 1024 1024 --paper
+
+FLOPs are counted in the released evaluation order of WeightFormer's Bilateral update (as the paper did);
+``--our-order`` counts the order mmwf runs (cheaper at high resolution). The whole detector is counted on
+its RPN proposals for one image (``test_cfg.rpn.max_per_img``), as detectron2 / mmdet inference runs it.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os.path as osp
+import sys
+from importlib import import_module
+
+import torch
+import torch.nn as nn
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from mmwf.analysis import count_flops, released_order  # noqa: E402
+from mmwf.utils import adapt_to_device  # noqa: E402
+
+# paper (Tables 4 and 5): params (M), total FLOPs (G), backbone FLOPs (G)
+PAPER = {
+    'cascade_deit_t_coco': (None, 594, 106), 'cascade_wf_t_coco': (None, 566, 77),
+    'upernet_deit_t_ade20k': (11, 42, 11), 'upernet_deit_s_ade20k': (43, 157, 35),
+    'upernet_wf_t_ade20k': (12, 38, 7), 'upernet_wf_s_ade20k': (47, 148, 27),
+}
+
+
+class Part(nn.Module):
+    """Runs one part of a detector / segmentor on an image batch, for the FLOP counter."""
+
+    def __init__(self, model: nn.Module, part: str, data_samples: list | None = None) -> None:
+        super().__init__()
+        self.model, self.part, self.data_samples = model, part, data_samples
+
+    def forward(self, x: torch.Tensor):
+        if self.part == 'backbone':
+            return self.model.backbone(x)
+        feats = self.model.extract_feat(x)
+        if self.part == 'backbone+neck':
+            return feats
+        if hasattr(self.model, 'decode_head'):
+            return self.model.decode_head(feats)
+        proposals = self.model.rpn_head.predict(feats, self.data_samples, rescale=False)
+        return self.model.roi_head.forward(feats, proposals, self.data_samples)
+
+
+def det_samples(shape: tuple[int, int]) -> list:
+    from mmdet.structures import DetDataSample
+    return [DetDataSample(metainfo=dict(img_shape=shape, ori_shape=shape, pad_shape=shape, scale_factor=(1., 1.),
+                                        batch_input_shape=shape))]
+
+
+def count(config: str, shape: tuple[int, int], our_order: bool) -> dict[str, tuple[float, float]]:
+    """{part: (params M, GFLOPs)} for backbone, backbone+neck and the whole model."""
+    cfg = Config.fromfile(config)
+    adapt_to_device(cfg)
+    cfg.model.backbone.pop('init_cfg', None)
+    init_default_scope(cfg.default_scope)
+    model = import_module(f'{cfg.default_scope}.registry').MODELS.build(cfg.model).eval()
+    samples = det_samples(shape) if cfg.default_scope == 'mmdet' else None
+    x = torch.randn(1, 3, *shape)
+    order = contextlib.nullcontext() if our_order else released_order(model)
+    params = {'backbone': model.backbone, 'backbone+neck': nn.ModuleList([model.backbone, model.neck]),
+              'whole': model}
+    out = {}
+    with order, torch.no_grad():
+        for part, module in params.items():
+            print(f'counting {part} ...', file=sys.stderr, flush=True)
+            flops = count_flops(Part(model, part, samples), x) / 1e9
+            out[part] = (sum(p.numel() for p in module.parameters()) / 1e6, flops)
+    return out
+
+
+def rel(ours: float, paper: float | None) -> str:
+    return f'{paper} ({(ours - paper) / paper * 100:+.1f}%)' if paper else '-'
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('configs', nargs='+')
+    parser.add_argument('--shape', type=int, nargs=2, help='input H W (default: 1024 for mmdet, 512 for mmseg)')
+    parser.add_argument('--paper', action='store_true', help='put the paper rows beside ours')
+    parser.add_argument('--our-order', action='store_true', help="count mmwf's evaluation order")
+    args = parser.parse_args()
+    header = '| config | input | part | params (M) | GFLOPs |' + (' paper |' if args.paper else '')
+    print(header)
+    print('|---' * (header.count('|') - 1) + '|')
+    for config in args.configs:
+        scope = Config.fromfile(config).default_scope
+        shape = tuple(args.shape) if args.shape else ((1024, 1024) if scope == 'mmdet' else (512, 512))
+        name = osp.splitext(osp.basename(config))[0]
+        paper = PAPER.get(name, (None, None, None))
+        for part, (params, flops) in count(config, shape, args.our_order).items():
+            row = f'| {name} | {shape[0]}x{shape[1]} | {part} | {params:.2f} | {flops:.1f} |'
+            if args.paper:
+                ref = {'backbone+neck': paper[2], 'whole': paper[1]}.get(part)
+                extra = rel(flops, ref) + ('; params ' + rel(params, paper[0]) if part == 'whole' and paper[0] else '')
+                row += f' {extra} |'
+            print(row, flush=True)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Distributed train through torch.distributed (torchrun) and mmengine.
+#   bash tools/dist_train.sh CONFIG GPUS [extra args]
+# Several nodes: NNODES, NODE_RANK, MASTER_ADDR and PORT, e.g. on node 0 of 2:
+#   NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 bash tools/dist_train.sh ...
+# CPU (gloo): add --cfg-options env_cfg.dist_cfg.backend=gloo
+set -euo pipefail
+CONFIG=$1
+GPUS=$2
+shift 2
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PYTHON=${PYTHON:-python}
+PYTHONPATH="$ROOT:${PYTHONPATH:-}" exec "$PYTHON" -m torch.distributed.run \
+    --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" --master_addr="${MASTER_ADDR:-127.0.0.1}" \
+    --nproc_per_node="$GPUS" --master_port="${PORT:-29500}" \
+    "$ROOT/tools/train.py" "$CONFIG" --launcher pytorch "$@"
