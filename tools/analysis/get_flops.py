@@ -6,7 +6,8 @@ paper's "backbone" convention, dense_protocol.md) and the whole model, as a mark
 
 FLOPs are counted in the released evaluation order of WeightFormer's Bilateral update (as the paper did);
 ``--our-order`` counts the order mmwf runs (cheaper at high resolution). The whole detector is counted on
-its RPN proposals for one image (``test_cfg.rpn.max_per_img``), as detectron2 / mmdet inference runs it.
+its inference path: the cascade box heads on the RPN proposals (``test_cfg.rpn.max_per_img``), the mask
+heads on the kept detections (``test_cfg.rcnn.max_per_img``, score threshold 0 since the weights are random).
 """
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ class Part(nn.Module):
         if hasattr(self.model, 'decode_head'):
             return self.model.decode_head(feats)
         proposals = self.model.rpn_head.predict(feats, self.data_samples, rescale=False)
-        return self.model.roi_head.forward(feats, proposals, self.data_samples)
+        results = self.model.roi_head.predict(feats, proposals, self.data_samples, rescale=False)
+        return tuple(t for r in results for t in (r.bboxes, r.scores, r.masks))
 
 
 def det_samples(shape: tuple[int, int]) -> list:
@@ -65,6 +67,8 @@ def count(config: str, shape: tuple[int, int], our_order: bool) -> dict[str, tup
     cfg = Config.fromfile(config)
     adapt_to_device(cfg)
     cfg.model.backbone.pop('init_cfg', None)
+    if cfg.default_scope == 'mmdet':  # random weights: keep every detection, as many as a trained model keeps
+        cfg.model.test_cfg.rcnn.score_thr = 0.0
     init_default_scope(cfg.default_scope)
     model = import_module(f'{cfg.default_scope}.registry').MODELS.build(cfg.model).eval()
     samples = det_samples(shape) if cfg.default_scope == 'mmdet' else None
