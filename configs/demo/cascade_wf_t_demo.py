@@ -61,14 +61,14 @@ test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json')
 test_evaluator = val_evaluator
 
-max_iters = 600
+max_iters = 450
 train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
 # from scratch: no layer-wise decay (it is for fine-tuning pretrained weights)
-optim_wrapper = dict(type='OptimWrapper', optimizer=dict(lr=4e-4, weight_decay=0.05), clip_grad=dict(max_norm=10.0),
+optim_wrapper = dict(type='OptimWrapper', optimizer=dict(lr=1e-4, weight_decay=0.05), clip_grad=dict(max_norm=10.0),
                      paramwise_cfg=dict(decay_rate=1.0))
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
-    dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[500], gamma=0.1),
+    dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[380], gamma=0.1),
 ]
 default_hooks = dict(logger=dict(interval=20), checkpoint=dict(interval=max_iters),
                      visualization=dict(type='DetVisualizationHook', draw=False))

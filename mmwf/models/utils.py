@@ -1,10 +1,26 @@
-"""Strict checkpoint loading for our backbones."""
+"""Helpers shared by our backbones: running blocks, strict checkpoint loading."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import torch
 import torch.nn as nn
+import torch.utils.checkpoint as cp
 from mmengine.logging import print_log
 
 from mmwf.utils.checkpoint import load_state_dict_file
+
+
+def run_blocks(blocks: nn.ModuleList, x: torch.Tensor, hw: tuple[int, int],
+               with_cp: bool = False) -> Iterator[tuple[int, torch.Tensor]]:
+    """Apply ``blocks`` in turn to tokens x (B, N, C) on grid ``hw``, yielding (index, output) after each;
+    ``with_cp`` checkpoints activations while training."""
+    for i, block in enumerate(blocks):
+        if with_cp and block.training and x.requires_grad:
+            x = cp.checkpoint(block, x, hw, use_reentrant=False)
+        else:
+            x = block(x, hw)
+        yield i, x
 
 
 def _listing(keys: list[str], limit: int = 20) -> str:

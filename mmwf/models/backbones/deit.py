@@ -13,11 +13,10 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torch.utils.checkpoint as cp
 from mmengine.model import BaseModule
 from timm.layers import DropPath, Mlp
 
-from mmwf.models.utils import load_backbone_checkpoint
+from mmwf.models.utils import load_backbone_checkpoint, run_blocks
 from mmwf.registry import MODELS
 
 ARCH_SETTINGS = {
@@ -206,13 +205,9 @@ class DeiT(BaseModule):
         x, hw = self.embed(x, self.with_cls_token)
         prefix = 1 if self.with_cls_token else 0
         outs = []
-        for i, block in enumerate(self.blocks):
-            if self.with_cp and self.training and x.requires_grad:
-                x = cp.checkpoint(block, x, hw, use_reentrant=False)
-            else:
-                x = block(x, hw)
+        for i, feat in run_blocks(self.blocks, x, hw, self.with_cp):
             if i in self.out_indices:
-                out = self.norm(x) if i == self.depth - 1 and self.final_norm else x
+                out = self.norm(feat) if i == self.depth - 1 and self.final_norm else feat
                 outs.append(out[:, prefix:].transpose(1, 2).reshape(x.shape[0], -1, *hw).contiguous())
         return tuple(outs)
 

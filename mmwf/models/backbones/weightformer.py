@@ -11,13 +11,12 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
-import torch.utils.checkpoint as cp
 from mmengine.model import BaseModule
 from timm.layers import DropPath
 
 from mmwf.models.layers import StaticDWConv, StaticLinear
 from mmwf.models.layers.dynamic_linear import map_to_tokens, tokens_to_map
-from mmwf.models.utils import load_backbone_checkpoint
+from mmwf.models.utils import load_backbone_checkpoint, run_blocks
 from mmwf.registry import MODELS
 
 ARCH_SETTINGS = {
@@ -211,13 +210,9 @@ class WeightFormer(BaseModule):
         hw = self.grid(x)
         x = self.init_norm(map_to_tokens(self.patch_embed.proj(x)))
         outs = []
-        for i, block in enumerate(self.blocks):
-            if self.with_cp and self.training and x.requires_grad:
-                x = cp.checkpoint(block, x, hw, use_reentrant=False)
-            else:
-                x = block(x, hw)
+        for i, feat in run_blocks(self.blocks, x, hw, self.with_cp):
             if i in self.out_indices:
-                outs.append(self.norm(x) if i == self.depth - 1 and self.final_norm else x)
+                outs.append(self.norm(feat) if i == self.depth - 1 and self.final_norm else feat)
         return outs, hw
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
