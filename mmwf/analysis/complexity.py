@@ -18,15 +18,8 @@ def sdpa_flop_jit(inputs: list, outputs: list) -> int:
     return prod(q[:-1]) * k[-2] * q[-1] + prod(q[:-1]) * k[-2] * v[-1]
 
 
-def baddbmm_flop_jit(inputs: list, outputs: list) -> int:
-    """``aten::baddbmm``: the batched product, as ``aten::bmm``."""
-    b, m, k = get_shape(inputs[1])
-    return b * m * k * get_shape(inputs[2])[-1]
-
-
 EXTRA_HANDLES: dict[str, Callable] = {
     'aten::scaled_dot_product_attention': sdpa_flop_jit,
-    'aten::baddbmm': baddbmm_flop_jit,
 }
 
 

@@ -80,3 +80,16 @@ def load_backbone_checkpoint(model: nn.Module, path: str, prefix: str | None = N
     model.load_state_dict(state, strict=True)
     note = f'; skipped {len(skipped)} keys of modules this model omits: {_listing(skipped, 5)}' if skipped else ''
     print_log(f'loaded {len(state)} tensors into {type(model).__name__} from {path}{note}', logger='current')
+
+
+class StrictPretrainedMixin:
+    """``init_weights`` that loads ``init_cfg=dict(type='Pretrained', checkpoint=..., prefix=...)`` through
+    :func:`load_backbone_checkpoint` (strict, with key lists) instead of mmengine's lenient loader; any other
+    ``init_cfg`` goes to ``BaseModule.init_weights``. Put it before ``BaseModule`` in the bases."""
+
+    def init_weights(self) -> None:
+        if isinstance(self.init_cfg, dict) and self.init_cfg.get('type') == 'Pretrained':
+            load_backbone_checkpoint(self, self.init_cfg['checkpoint'], prefix=self.init_cfg.get('prefix'))
+            self._is_init = True
+        else:
+            super().init_weights()

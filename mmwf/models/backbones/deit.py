@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from mmengine.model import BaseModule
 from timm.layers import DropPath, Mlp
 
-from mmwf.models.utils import load_backbone_checkpoint, run_blocks
+from mmwf.models.utils import StrictPretrainedMixin, run_blocks
 from mmwf.registry import MODELS
 
 ARCH_SETTINGS = {
@@ -93,7 +93,7 @@ class DeiTBlock(nn.Module):
 
 
 @MODELS.register_module()
-class DeiT(BaseModule):
+class DeiT(StrictPretrainedMixin, BaseModule):
     """DeiT backbone for dense prediction (and the ImageNet classifier when ``num_classes > 0``).
 
     Args:
@@ -167,13 +167,6 @@ class DeiT(BaseModule):
                 nn.init.trunc_normal_(m.weight, std=0.02)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
-
-    def init_weights(self) -> None:
-        if isinstance(self.init_cfg, dict) and self.init_cfg.get('type') == 'Pretrained':
-            load_backbone_checkpoint(self, self.init_cfg['checkpoint'], prefix=self.init_cfg.get('prefix'))
-            self._is_init = True
-        else:
-            super().init_weights()
 
     def grid(self, x: torch.Tensor) -> tuple[int, int]:
         h, w = x.shape[-2] // self.patch_size, x.shape[-1] // self.patch_size

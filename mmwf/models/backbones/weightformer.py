@@ -16,7 +16,7 @@ from timm.layers import DropPath
 
 from mmwf.models.layers import StaticDWConv, StaticLinear
 from mmwf.models.layers.dynamic_linear import map_to_tokens, tokens_to_map
-from mmwf.models.utils import load_backbone_checkpoint, run_blocks
+from mmwf.models.utils import StrictPretrainedMixin, run_blocks
 from mmwf.registry import MODELS
 
 ARCH_SETTINGS = {
@@ -65,7 +65,7 @@ class WeightFormerBlock(nn.Module):
 
 
 @MODELS.register_module()
-class WeightFormer(BaseModule):
+class WeightFormer(StrictPretrainedMixin, BaseModule):
     """WeightFormer backbone (and ImageNet classifier when ``num_classes > 0``).
 
     Args:
@@ -171,14 +171,6 @@ class WeightFormer(BaseModule):
             elif isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
-
-    def init_weights(self) -> None:
-        if isinstance(self.init_cfg, dict) and self.init_cfg.get('type') == 'Pretrained':
-            load_backbone_checkpoint(self, self.init_cfg['checkpoint'],
-                                     prefix=self.init_cfg.get('prefix'))
-            self._is_init = True
-        else:
-            super().init_weights()
 
     def _freeze_stages(self) -> None:
         if self.frozen_stages < 0:
