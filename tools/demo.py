@@ -3,6 +3,9 @@ WeightFormer-T demo and the UperNet WeightFormer-T demo from scratch, print box 
 
     python tools/demo.py                      # what `make demo` runs (about 20 minutes on 2 CPU cores)
     python tools/demo.py --tasks seg --max-iters 20 --work-dir /tmp/demo
+    python tools/demo.py --tasks distill-seg  # DeiT-T ReLU student distilled from softmax DeiT-T in UperNet
+
+The ``distill-*`` tasks also print ``loss_distill`` at the first and the last logged iteration.
 """
 from __future__ import annotations
 
@@ -19,7 +22,18 @@ TASKS = {
     'det': ('configs/demo/cascade_wf_t_demo.py', ('coco/bbox_mAP', 'coco/bbox_mAP_50', 'coco/segm_mAP',
                                                   'coco/segm_mAP_50')),
     'seg': ('configs/demo/upernet_wf_t_demo.py', ('mIoU', 'aAcc')),
+    'distill-seg': ('configs/demo/upernet_deit_relu_distill_demo.py', ('mIoU', 'aAcc')),
+    'distill-det': ('configs/demo/cascade_deit_ttt_distill_demo.py', ('coco/bbox_mAP', 'coco/bbox_mAP_50')),
 }
+DEFAULT_TASKS = ('det', 'seg')
+
+
+def distill_losses(work_dir: str) -> tuple[float, float]:
+    """``loss_distill`` at the first and the last logged training iteration (mmengine's scalars.json)."""
+    runs = sorted(d for d in os.listdir(work_dir) if osp.isfile(osp.join(work_dir, d, 'vis_data', 'scalars.json')))
+    with open(osp.join(work_dir, runs[-1], 'vis_data', 'scalars.json')) as f:
+        values = [r['loss_distill'] for r in map(json.loads, f) if 'loss_distill' in r]
+    return values[0], values[-1]
 
 
 def run(args: list[str], log: str) -> None:
@@ -34,7 +48,7 @@ def run(args: list[str], log: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--tasks', nargs='+', default=list(TASKS), choices=list(TASKS))
+    parser.add_argument('--tasks', nargs='+', default=list(DEFAULT_TASKS), choices=list(TASKS))
     parser.add_argument('--work-dir', default=osp.join(ROOT, 'work_dirs', 'demo'))
     parser.add_argument('--data-root', default=osp.join(ROOT, 'data', 'demo'))
     parser.add_argument('--max-iters', type=int, help='shorter schedule (for tests)')
@@ -48,7 +62,9 @@ def main() -> None:
     check_stack(require_mmcv_ops=True)
     from tools.generate_demo_data import generate
 
-    if not osp.isfile(osp.join(args.data_root, 'coco', 'annotations', 'instances_train.json')):
+    expected = [osp.join(args.data_root, 'coco', 'annotations', 'instances_train.json'),
+                osp.join(args.data_root, 'checkpoints', 'deit_t_softmax.pth')]
+    if not all(osp.isfile(f) for f in expected):
         print(f'generating demo data in {args.data_root}', flush=True)
         generate(args.data_root, train=args.num_images[0], val=args.num_images[1])
     os.makedirs(args.work_dir, exist_ok=True)
@@ -56,10 +72,14 @@ def main() -> None:
     for task in args.tasks:
         config, keys = TASKS[task]
         work_dir = osp.join(args.work_dir, task)
-        root = osp.join(args.data_root, 'coco/' if task == 'det' else 'ade')
+        root = osp.join(args.data_root, 'coco/' if task.endswith('det') else 'ade')
         options = [f'train_dataloader.dataset.data_root={root}', f'val_dataloader.dataset.data_root={root}',
                    f'test_dataloader.dataset.data_root={root}']
-        if task == 'det':
+        if task.startswith('distill'):
+            softmax = osp.join(args.data_root, 'checkpoints', 'deit_t_softmax.pth')
+            options += [f'model.student.backbone.init_cfg.checkpoint={softmax}',
+                        f'model.teacher.init_cfg.checkpoint={softmax}']
+        if task.endswith('det'):
             options += [f'val_evaluator.ann_file={root}annotations/instances_val.json',
                         f'test_evaluator.ann_file={root}annotations/instances_val.json']
         if args.max_iters:
@@ -81,6 +101,9 @@ def main() -> None:
         with open(metrics_file) as f:
             metrics = json.load(f)
         values = ', '.join(f'{k.split("/")[-1]} {metrics[k]:.3f}' for k in keys if k in metrics)
+        if task.startswith('distill'):
+            first, last = distill_losses(work_dir)
+            values += f', loss_distill {first:.4f} -> {last:.4f}'
         total = (time.time() - start) / 60
         summary.append(f'{task}: {values} (train {train_time / 60:.1f} min, train + test {total:.1f} min)')
         print(f'[{task}] {summary[-1]}', flush=True)

@@ -5,6 +5,8 @@
 - ADE20K layout: ``data/demo/ade/images/{training,validation}/*.jpg`` and
   ``annotations/{training,validation}/*.png``; labels 1 = background, 2 = circle, 3 = square,
   4 = triangle (0 is reserved, as ADE20K's "other", and ignored with ``reduce_zero_label``).
+- ``data/demo/checkpoints/deit_t_softmax.pth``: a seeded, randomly initialised softmax DeiT-T in timm's layout,
+  the stand-in for the ImageNet checkpoint in the linear-attention transfer / distillation demos.
 
     python tools/generate_demo_data.py [--out data/demo] [--size 128] [--train 160] [--val 40] [--seed 0]
 """
@@ -96,8 +98,20 @@ def write_ade(root: str, split: str, count: int, size: int, rng: np.random.Gener
         cv2.imwrite(osp.join(root, 'annotations', split, f'{i:05d}.png'), labels)
 
 
+def write_softmax_deit(path: str, seed: int) -> None:
+    """A random softmax DeiT-T (timm keys, class token, final norm), seeded."""
+    import torch
+
+    from mmwf.models.backbones import DeiT
+    os.makedirs(osp.dirname(path), exist_ok=True)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        torch.save(DeiT('t').state_dict(), path)
+
+
 def generate(out: str = 'data/demo', size: int = 128, train: int = 160, val: int = 40, seed: int = 0) -> None:
-    """Write both demo datasets under ``out`` (deterministic for a given seed)."""
+    """Write both demo datasets and the stand-in softmax checkpoint under ``out`` (deterministic for a seed)."""
+    write_softmax_deit(osp.join(out, 'checkpoints', 'deit_t_softmax.pth'), seed)
     rng = np.random.default_rng(seed)
     write_coco(osp.join(out, 'coco'), 'train', train, size, rng)
     write_coco(osp.join(out, 'coco'), 'val', val, size, rng)

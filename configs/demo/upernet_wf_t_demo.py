@@ -41,7 +41,7 @@ val_dataloader = dict(
                  pipeline=test_pipeline))
 test_dataloader = val_dataloader
 
-max_iters = 200
+max_iters = 600
 train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
 # from scratch: no layer-wise decay (it is for fine-tuning pretrained weights)
 optim_wrapper = dict(type='OptimWrapper', optimizer=dict(lr=4e-4), paramwise_cfg=dict(decay_rate=1.0))

@@ -18,17 +18,27 @@ from mmwf.utils import adapt_to_device
 ROOT = Path(__file__).resolve().parents[2]
 REAL = sorted(glob(str(ROOT / 'configs/*.py')))
 DEMO = sorted(glob(str(ROOT / 'configs/demo/*.py')))
+LINEAR = sorted(glob(str(ROOT / 'configs/linear_attention/*.py')))
+
+
+def task_model(cfg_or_model):
+    """The detector / segmentor, inside an AttentionDistiller or not."""
+    if isinstance(cfg_or_model, torch.nn.Module):
+        return getattr(cfg_or_model, 'student', cfg_or_model)
+    return cfg_or_model.get('student', cfg_or_model)
 
 
 def build(path, tiny=None):
     cfg = Config.fromfile(path)
     adapt_to_device(cfg)  # CPU: AMP -> fp32, SyncBN -> BN
     if tiny:
+        task = task_model(cfg.model)
         if cfg.default_scope == 'mmdet':
-            cfg.model.data_preprocessor.batch_augments[0].size = (tiny, tiny)
+            if task.data_preprocessor.get('batch_augments'):
+                task.data_preprocessor.batch_augments[0].size = (tiny, tiny)
         else:
-            cfg.model.data_preprocessor.size = (tiny, tiny)
-            cfg.model.test_cfg = dict(mode='slide', crop_size=(tiny, tiny), stride=(tiny * 2 // 3,) * 2)
+            task.data_preprocessor.size = (tiny, tiny)
+            task.test_cfg = dict(mode='slide', crop_size=(tiny, tiny), stride=(tiny * 2 // 3,) * 2)
     init_default_scope(cfg.default_scope)
     registry = import_module(f'{cfg.default_scope}.registry').MODELS
     return cfg, registry.build(cfg.model)
@@ -43,7 +53,7 @@ def test_the_six_paper_configs_exist():
 @pytest.mark.parametrize('path', REAL + DEMO, ids=lambda p: Path(p).stem)
 def test_config_builds(path):
     cfg, model = build(path)
-    assert type(model.backbone).__name__ == cfg.model.backbone.type
+    assert type(task_model(model).backbone).__name__ == task_model(cfg.model).backbone.type
     assert cfg.custom_imports == dict(imports=['mmwf'], allow_failed_imports=False)
 
 
@@ -65,18 +75,26 @@ def seg_batch(model, size, train):
     return model.data_preprocessor(dict(inputs=images, data_samples=samples), train)
 
 
-@pytest.mark.parametrize('path', REAL, ids=lambda p: Path(p).stem)
+# one representative per task, operator and distillation; test_linear_attention_configs_match_their_names
+# checks every one of the 32
+LINEAR_STEP = ['mask_rcnn_deit_b_relu_copy_distill_coco', 'upernet_deit_b_ttt_fullcopy_ade20k']
+
+
+@pytest.mark.parametrize('path', REAL + [str(ROOT / f'configs/linear_attention/{n}.py') for n in LINEAR_STEP],
+                         ids=lambda p: Path(p).stem)
 def test_one_train_and_test_iteration(path):
     cfg, model = build(path, tiny=128)
     batch = det_batch if cfg.default_scope == 'mmdet' else seg_batch
     optim = build_optim_wrapper(model, cfg.optim_wrapper)
     model.train()
-    before = model.backbone.blocks[0].norm2.weight.detach().clone()
+    backbone = task_model(model).backbone
+    before = backbone.blocks[0].norm2.weight.detach().clone()
     losses = model(**batch(model, 128, True), mode='loss')
     loss, log_vars = model.parse_losses(losses)
     assert torch.isfinite(loss)
+    assert ('loss_distill' in log_vars) == ('distill' in Path(path).stem)
     optim.update_params(loss)
-    assert not torch.equal(before, model.backbone.blocks[0].norm2.weight)
+    assert not torch.equal(before, backbone.blocks[0].norm2.weight)
     model.eval()
     with torch.no_grad():
         results = model(**batch(model, 128, False), mode='predict')
@@ -85,6 +103,37 @@ def test_one_train_and_test_iteration(path):
         assert 'masks' in results[0].pred_instances
     else:
         assert results[0].pred_sem_seg.data.shape[-2:] == results[0].ori_shape
+
+
+@pytest.mark.parametrize('path', LINEAR, ids=lambda p: Path(p).stem)
+def test_linear_attention_configs_match_their_names(path):
+    """{mask_rcnn,upernet}_deit_b_{relu,ttt}_{random,copy,mlpcopy,fullcopy}[_distill]_{coco,ade20k}."""
+    name = Path(path).stem
+    cfg = Config.fromfile(path)
+    head = name.split('_deit_b_')[0]
+    op, init = name.split('_deit_b_')[1].split('_')[:2]
+    student = task_model(cfg.model)
+    backbone = student.backbone
+    assert backbone.type == 'DeiT' and backbone.arch == 'b'
+    assert backbone.attn_cfg.type == {'relu': 'ReLUAttention', 'ttt': 'TTTAttention'}[op]
+    assert backbone.with_cls_token == (op == 'relu')
+    recipe = {'random': None, 'copy': 'copy', 'mlpcopy': 'mlp_copy', 'fullcopy': 'full_copy'}[init]
+    if recipe is None:
+        assert backbone.init_cfg is None
+    else:
+        assert backbone.init_cfg == dict(type='SoftmaxTransfer', recipe=recipe,
+                                         checkpoint='checkpoints/deit_base_patch16_224-b5f2ef4d.pth')
+    if name.endswith(('_distill_coco', '_distill_ade20k')):
+        assert cfg.model.type == 'AttentionDistiller' and cfg.model.loss_weight == 50.0
+        teacher = cfg.model.teacher  # softmax attention: DeiT's default attn_cfg
+        assert teacher.type == 'DeiT' and teacher.arch == 'b' and 'attn_cfg' not in teacher
+        assert teacher.init_cfg.type == 'Pretrained'
+    else:
+        assert 'student' not in cfg.model
+    if head == 'mask_rcnn':
+        assert student.type == 'MaskRCNN' and cfg.train_cfg.max_epochs == 12
+    else:
+        assert student.type == 'EncoderDecoder' and cfg.train_cfg.max_iters == 160000
 
 
 class Features(torch.nn.Module):

@@ -61,3 +61,14 @@ def test_missing_settings_are_named():
         build_optim_wrapper(Detector(WeightFormer(dict(embed_dims=32, depth=2, mlp_ratio=2))),
                             dict(constructor='LayerDecayOptimWrapperConstructor',
                                  optimizer=dict(type='AdamW', lr=1.0), paramwise_cfg=dict(decay_rate=0.7)))
+
+
+def test_distilled_student_keeps_its_layer_ids_and_frozen_teacher_is_left_out():
+    """Under AttentionDistiller the names gain a ``student.`` prefix; the frozen teacher has no group."""
+    wrapper = nn.Module()
+    wrapper.student = Detector(DeiT(dict(embed_dims=32, depth=3, num_heads=2, mlp_ratio=2)))
+    wrapper.teacher = DeiT(dict(embed_dims=32, depth=3, num_heads=2, mlp_ratio=2)).requires_grad_(False)
+    groups = lookup(build(wrapper, 'mmdet', decay=0.9, layers=3), wrapper)
+    assert groups['student.backbone.blocks.0.attn.qkv.weight'] == (pytest.approx(0.9 ** 3), 0.1)
+    assert groups['student.neck.stages.0.0.weight'] == (pytest.approx(1.0), 0.1)
+    assert not [n for n in groups if n.startswith('teacher.')]

@@ -87,3 +87,17 @@ def test_two_process_gloo_training(demo_data, tmp_path):
     assert res.returncode == 0, log[-4000:]
     assert 'world_size: 2' in log or 'Distributed launcher: pytorch' in log
     assert (tmp_path / 'iter_2.pth').is_file()
+
+
+@pytest.mark.slow
+def test_distillation_demo_loss_falls(demo_data, tmp_path):
+    """DeiT-T ReLU student, Copy-initialised from the demo's softmax DeiT-T and distilled from it in UperNet."""
+    res = run([sys.executable, 'tools/demo.py', '--tasks', 'distill-seg', '--data-root', str(demo_data),
+               '--work-dir', str(tmp_path), '--max-iters', '20', '--cfg-options', 'default_hooks.logger.interval=5',
+               'train_dataloader.batch_size=2'])
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    line = next(r for r in res.stdout.splitlines() if r.startswith('distill-seg:'))
+    first, last = (float(v) for v in line.split('loss_distill ')[1].split(' (')[0].split(' -> '))
+    assert 0 < last < first
+    log = (tmp_path / 'distill-seg' / 'train.log').read_text()
+    assert 'transfer copy: copied blocks.11.attn.qkv.weight' in log

@@ -1,22 +1,35 @@
-"""Inference throughput of WeightFormer, the static baseline CNN and DeiT (timm), measured side by side.
+"""Inference throughput and peak memory of WeightFormer, the static baseline CNN and DeiT (timm) against
+resolution, measured side by side: a markdown table and a PNG in the style of the paper's Figure 5.
 
 Models run interleaved, round after round, on identical inputs. Throughput is the median over rounds;
 a ratio is the median over rounds of (reference time / model time) within the same round, which keeps
 the machine's drifts (shared CPUs) out of the comparison. CPU by default (threads = all cores); on CUDA
 the device is synchronised around each timed loop.
 
+Memory of one forward pass: on CUDA, peak ``max_memory_allocated`` and its rise over the weights and input
+(activations); on CPU, in a fresh subprocess per model and size, the peak resident set (VmHWM) and its rise
+during the forward (activations; the peak is reset before the forward through /proc/self/clear_refs).
+
     python tools/analysis/benchmark.py                       # 224 (batch 16), 512, 1024 (batch 1)
-    python tools/analysis/benchmark.py --sizes 224 1248 --models wf-t deit-t
+    python tools/analysis/benchmark.py --sizes 224 512 768 1024 1248 --models wf-t wf-s static-t deit-t deit-s \
+        --plot benchmark.png
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import os.path as osp
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
 import torch
 import torch.nn as nn
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
 def build(name: str, size: int) -> nn.Module:
@@ -72,6 +85,70 @@ def measure(names: list[str], size: int, batch: int, rounds: int, iters: int,
     return per_image
 
 
+def proc_status_mb(field: str) -> float:
+    """A memory field of /proc/self/status (VmRSS, VmHWM) in MB."""
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f'{field} not in /proc/self/status')
+
+
+def forward_memory(name: str, size: int, batch: int, device: str) -> dict[str, float]:
+    """Peak and activation memory (MB) of one forward pass, measured in this process."""
+    model = build(name, size).to(device)
+    x = torch.randn(batch, 3, size, size, device=device)
+    with torch.inference_mode():
+        if device.startswith('cuda'):
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            model(x)
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated()
+            return dict(peak=peak / 2 ** 20, activations=(peak - base) / 2 ** 20)
+        base = proc_status_mb('VmRSS')
+        with open('/proc/self/clear_refs', 'w') as f:
+            f.write('5')  # resets VmHWM to the current RSS
+        model(x)
+        peak = proc_status_mb('VmHWM')
+    return dict(peak=peak, activations=peak - base)
+
+
+def memory_in_subprocess(name: str, size: int, batch: int, threads: int) -> dict[str, float]:
+    """CPU memory of one forward in a fresh interpreter, so that nothing measured before counts."""
+    cmd = [sys.executable, osp.abspath(__file__), '--memory-probe', name, str(size), str(batch),
+           '--threads', str(threads), '--device', 'cpu']
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ))
+    if out.returncode:
+        raise RuntimeError(f'memory probe {name} {size} failed:\n{out.stderr[-2000:]}')
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def save_plot(rows: list[dict], path: str, device: str) -> None:
+    """Throughput and peak memory against resolution, one line per model (Figure 5's layout)."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name in dict.fromkeys(r['model'] for r in rows):
+        mine = [r for r in rows if r['model'] == name]
+        sizes = [r['size'] for r in mine]
+        axes[0].plot(sizes, [r['img_s'] for r in mine], marker='o', label=name)
+        if 'peak' in mine[0]:
+            axes[1].plot(sizes, [r['peak'] for r in mine], marker='o', label=name)
+    axes[0].set(xlabel='input resolution', ylabel='throughput (img/s, log)', yscale='log',
+                title=f'inference throughput ({device})')
+    axes[1].set(xlabel='input resolution', ylabel='peak memory (MB, log)', yscale='log',
+                title='peak memory of one forward')
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def parse_batches(spec: list[str]) -> dict[int, int]:
     return {int(s.split(':')[0]): int(s.split(':')[1]) for s in spec}
 
@@ -87,14 +164,22 @@ def main() -> None:
     parser.add_argument('--reference', default='deit-t', help='model the ratios are taken against')
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads (default: all)')
+    parser.add_argument('--no-memory', action='store_true', help='skip the memory measurements')
+    parser.add_argument('--plot', help='write the Figure-5-style PNG here')
+    parser.add_argument('--memory-probe', nargs=3, metavar=('MODEL', 'SIZE', 'BATCH'), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.memory_probe:
+        name, size, batch = args.memory_probe
+        print(json.dumps(forward_memory(name, int(size), int(batch), args.device)))
+        return
     batches = parse_batches(args.batch)
     print(f'device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, '
           f'{args.rounds} rounds x {args.iters} iters, median')
-    print('| model | input | batch | img/s | ratio vs ' + args.reference + ' |')
-    print('|---|---|---|---|---|')
+    print(f'| model | input | batch | img/s | ratio vs {args.reference} | peak MB | activations MB |')
+    print('|---|---|---|---|---|---|---|')
+    rows = []
     for size in args.sizes:
         batch = batches.get(size, 1)
         times = measure(args.models, size, batch, args.rounds, args.iters, args.device)
@@ -102,7 +187,17 @@ def main() -> None:
         for name, t in times.items():
             # the ratio is taken round by round (same moment, same machine state), then the median
             ratio = f'{statistics.median(r / s for r, s in zip(ref, t)):.2f}x' if ref else '-'
-            print(f'| {name} | {size} | {batch} | {1 / statistics.median(t):.1f} | {ratio} |', flush=True)
+            row = dict(model=name, size=size, batch=batch, img_s=1 / statistics.median(t))
+            memory = '- | -'
+            if not args.no_memory:
+                row.update(forward_memory(name, size, batch, args.device) if args.device.startswith('cuda')
+                           else memory_in_subprocess(name, size, batch, torch.get_num_threads()))
+                memory = f'{row["peak"]:.0f} | {row["activations"]:.0f}'
+            rows.append(row)
+            print(f'| {name} | {size} | {batch} | {row["img_s"]:.1f} | {ratio} | {memory} |', flush=True)
+    if args.plot:
+        save_plot(rows, args.plot, args.device)
+        print(f'saved {args.plot}')
 
 
 if __name__ == '__main__':

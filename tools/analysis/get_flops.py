@@ -1,8 +1,14 @@
 """Params and FLOPs (multiply-accumulates) of an mmdet / mmseg config: backbone, backbone + neck (the
-paper's "backbone" convention, dense_protocol.md) and the whole model, as a markdown table.
+paper's "backbone" convention, dense_protocol.md) and the whole model, as a markdown table; or of an ImageNet
+classifier given by name (Table 3): ``wf-{t,s,b}``, ``static-t``, ``deit-{t,s,b}`` and the linear-attention
+DeiTs ``deit-{t,s,b}-{elu,relu,inline,mhla,ttt}``.
 
     python tools/analysis/get_flops.py configs/upernet_wf_t_ade20k.py --shape 512 512 --paper
     python tools/analysis/get_flops.py configs/cascade_wf_t_coco.py --shape 1024 1024 --paper
+    python tools/analysis/get_flops.py wf-t deit-t wf-s deit-s --paper          # Table 3, at 224
+    python tools/analysis/get_flops.py deit-t deit-t-relu deit-t-ttt --shape 1024 1024
+
+An AttentionDistiller config is counted without its teacher (training only).
 
 FLOPs are counted in the released evaluation order of WeightFormer's Bilateral update (as the paper did);
 ``--our-order`` counts the order mmwf runs (cheaper at high resolution). The whole detector is counted on
@@ -36,6 +42,45 @@ PAPER = {
 }
 
 
+# paper Table 3 (ImageNet classifiers at 224): params (M), GFLOPs
+PAPER_CLASSIFIERS = {'wf-t': (7, 1.1), 'deit-t': (6, 1.2), 'wf-s': (27, 4.4), 'deit-s': (22, 4.6)}
+OPERATORS = {'elu': 'ELUAttention', 'relu': 'ReLUAttention', 'inline': 'InLineAttention', 'mhla': 'MHLAttention',
+             'ttt': 'TTTAttention'}
+
+
+def classifier_config(name: str) -> dict:
+    """``wf-t`` ... ``deit-b-ttt`` -> a backbone config with the 1000-class head."""
+    family, arch, *op = name.split('-')
+    if family not in ('wf', 'static', 'deit') or arch not in ('t', 's', 'b') or len(op) > 1 or (
+            op and (family != 'deit' or op[0] not in OPERATORS)):
+        raise SystemExit(f'{name!r} is neither a config file nor a classifier name (wf-t, static-t, deit-s, '
+                         f'deit-b-relu, ...; operators: {", ".join(OPERATORS)})')
+    if family != 'deit':
+        return dict(type='WeightFormer', arch=arch, num_classes=1000, **({'dynamic_blocks': []}
+                                                                          if family == 'static' else {}))
+    attn = OPERATORS[op[0]] if op else 'SoftmaxAttention'
+    return dict(type='DeiT', arch=arch, num_classes=1000, attn_cfg=dict(type=attn),
+                with_cls_token=attn not in ('MHLAttention', 'TTTAttention'))
+
+
+class Classifier(nn.Module):
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.backbone.forward_classifier(x)
+
+
+def count_classifier(name: str, shape: tuple[int, int], our_order: bool) -> dict[str, tuple[float, float]]:
+    from mmwf.registry import MODELS
+    model = Classifier(MODELS.build(classifier_config(name))).eval()
+    order = contextlib.nullcontext() if our_order else released_order(model)
+    with order, torch.no_grad():
+        flops = count_flops(model, torch.randn(1, 3, *shape)) / 1e9
+    return {'classifier': (sum(p.numel() for p in model.parameters()) / 1e6, flops)}
+
+
 class Part(nn.Module):
     """Runs one part of a detector / segmentor on an image batch, for the FLOP counter."""
 
@@ -66,11 +111,12 @@ def count(config: str, shape: tuple[int, int], our_order: bool) -> dict[str, tup
     """{part: (params M, GFLOPs)} for backbone, backbone+neck and the whole model."""
     cfg = Config.fromfile(config)
     adapt_to_device(cfg)
-    cfg.model.backbone.pop('init_cfg', None)
+    model_cfg = cfg.model.get('student', cfg.model)  # AttentionDistiller: the teacher is training-only
+    model_cfg.backbone.pop('init_cfg', None)
     if cfg.default_scope == 'mmdet':  # random weights: keep every detection, as many as a trained model keeps
-        cfg.model.test_cfg.rcnn.score_thr = 0.0
+        model_cfg.test_cfg.rcnn.score_thr = 0.0
     init_default_scope(cfg.default_scope)
-    model = import_module(f'{cfg.default_scope}.registry').MODELS.build(cfg.model).eval()
+    model = import_module(f'{cfg.default_scope}.registry').MODELS.build(model_cfg).eval()
     samples = det_samples(shape) if cfg.default_scope == 'mmdet' else None
     x = torch.randn(1, 3, *shape)
     order = contextlib.nullcontext() if our_order else released_order(model)
@@ -100,6 +146,15 @@ def main() -> None:
     print(header)
     print('|---' * (header.count('|') - 1) + '|')
     for config in args.configs:
+        if not osp.isfile(config):
+            shape = tuple(args.shape) if args.shape else (224, 224)
+            params, flops = count_classifier(config, shape, args.our_order)['classifier']
+            row = f'| {config} | {shape[0]}x{shape[1]} | classifier | {params:.2f} | {flops:.2f} |'
+            if args.paper:
+                paper = PAPER_CLASSIFIERS.get(config) if shape == (224, 224) else None
+                row += f' {rel(flops, paper[1])}; params {rel(params, paper[0])} |' if paper else ' - |'
+            print(row, flush=True)
+            continue
         scope = Config.fromfile(config).default_scope
         shape = tuple(args.shape) if args.shape else ((1024, 1024) if scope == 'mmdet' else (512, 512))
         name = osp.splitext(osp.basename(config))[0]

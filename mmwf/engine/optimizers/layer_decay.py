@@ -19,7 +19,7 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
 
     Layer ids: 0 for the backbone stem (``patch_embed``, ``init_norm``, ``pos_embed``, ``cls_token``),
     i + 1 for ``backbone.blocks.{i}``, num_layers + 1 for everything else (the backbone's final norm, the
-    neck and the heads). ``paramwise_cfg``:
+    neck and the heads); a ``student.`` prefix (``AttentionDistiller``) is ignored. ``paramwise_cfg``:
 
     - ``num_layers``: blocks of the backbone (WeightFormer 17, DeiT 12).
     - ``decay_rate``: e.g. 0.7 (ViTDet detection), 0.92 (UperNet segmentation).
@@ -36,6 +36,7 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     STEM = ('patch_embed', 'init_norm', 'pos_embed', 'cls_token')
 
     def layer_id(self, name: str, num_layers: int) -> int:
+        name = name.removeprefix('student.')  # a model wrapped by AttentionDistiller
         name = name[len('backbone.'):] if name.startswith('backbone.') else None
         if name is None:
             return num_layers + 1

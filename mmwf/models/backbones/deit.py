@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from mmengine.model import BaseModule
 from timm.layers import DropPath, Mlp
 
+from mmwf.models.transfer import transfer_softmax_weights
 from mmwf.models.utils import StrictPretrainedMixin, run_blocks
 from mmwf.registry import MODELS
 
@@ -103,13 +104,17 @@ class DeiT(StrictPretrainedMixin, BaseModule):
         with_cls_token: keep the class token through the blocks (timm DeiT); must be False with windows.
         window_size: window attention size (0: global attention everywhere).
         window_block_indexes: blocks that use window attention (ViTDet: all but 2, 5, 8, 11).
-        attn_cfg: attention operator config (``type`` registered in MODELS), softmax by default.
+        attn_cfg: attention operator config (``type`` registered in MODELS): ``SoftmaxAttention`` (default),
+            ``ELUAttention``, ``ReLUAttention``, ``InLineAttention``, ``MHLAttention``, ``TTTAttention``
+            (the last two take no class token). Extra keys go to the operator.
         out_indices: blocks whose patch-token outputs are returned.
         final_norm: apply ``norm`` to the last block's output.
         drop_path_rate: stochastic depth, linearly increasing.
         with_cp: activation checkpointing while training.
         num_classes: > 0 adds the class-token head for :meth:`forward_classifier`.
-        init_cfg: ``dict(type='Pretrained', checkpoint=PATH)`` loads a DeiT / timm checkpoint strictly.
+        init_cfg: ``dict(type='Pretrained', checkpoint=PATH)`` loads a DeiT / timm checkpoint strictly;
+            ``dict(type='SoftmaxTransfer', checkpoint=PATH, recipe='copy' | 'mlp_copy' | 'full_copy')``
+            initialises a linear-attention DeiT from a softmax one (:func:`mmwf.models.transfer_softmax_weights`).
 
     Input (B, 3, H, W) with H, W >= patch_size; outputs a tuple of (B, C, H/p, W/p) maps.
     """
@@ -138,6 +143,14 @@ class DeiT(StrictPretrainedMixin, BaseModule):
             arch = ARCH_SETTINGS[arch.lower()]
         if window_size and window_block_indexes and with_cls_token:
             raise ValueError('window attention has no class token: set with_cls_token=False')
+        attn_cls = MODELS.get(attn_cfg['type'])
+        if attn_cls is None:
+            raise KeyError(f'unknown attention operator {attn_cfg["type"]!r} (attn_cfg); registered in mmwf: '
+                           'SoftmaxAttention, ELUAttention, ReLUAttention, InLineAttention, MHLAttention, '
+                           'TTTAttention')
+        self.cls_pool = getattr(attn_cls, 'with_cls_token', True)
+        if with_cls_token and not self.cls_pool:
+            raise ValueError(f'{attn_cfg["type"]} has no class token: build DeiT with with_cls_token=False')
         self.embed_dims, self.depth = arch['embed_dims'], arch['depth']
         self.patch_size, self.with_cls_token, self.with_cp = patch_size, with_cls_token, with_cp
         self.pretrain_grid = pretrain_size // patch_size
@@ -147,7 +160,7 @@ class DeiT(StrictPretrainedMixin, BaseModule):
         C = self.embed_dims
         self.patch_embed = nn.Module()
         self.patch_embed.proj = nn.Conv2d(3, C, patch_size, stride=patch_size)
-        if with_cls_token or num_classes:
+        if with_cls_token or (num_classes and self.cls_pool):
             self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
         self.pos_embed = nn.Parameter(torch.zeros(1, 1 + self.pretrain_grid ** 2, C))
         dpr = torch.linspace(0, drop_path_rate, self.depth).tolist()
@@ -167,6 +180,14 @@ class DeiT(StrictPretrainedMixin, BaseModule):
                 nn.init.trunc_normal_(m.weight, std=0.02)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
+
+    def init_weights(self) -> None:
+        if isinstance(self.init_cfg, dict) and self.init_cfg.get('type') == 'SoftmaxTransfer':
+            cfg = {k: v for k, v in self.init_cfg.items() if k != 'type'}
+            transfer_softmax_weights(self, **cfg)
+            self._is_init = True
+        else:
+            super().init_weights()
 
     def grid(self, x: torch.Tensor) -> tuple[int, int]:
         h, w = x.shape[-2] // self.patch_size, x.shape[-1] // self.patch_size
@@ -205,10 +226,12 @@ class DeiT(StrictPretrainedMixin, BaseModule):
         return tuple(outs)
 
     def forward_classifier(self, x: torch.Tensor) -> torch.Tensor:
-        """Images -> logits from the class token (DeiT / timm classifier)."""
+        """Images -> logits from the class token (DeiT / timm classifier), or from the mean patch token for
+        operators without one (MHLA, TTT)."""
         if self.head is None:
             raise RuntimeError('this DeiT has no classification head; build it with num_classes=1000')
-        x, hw = self.embed(x, True)
+        x, hw = self.embed(x, self.cls_pool)
         for block in self.blocks:
             x = block(x, hw)
-        return self.head(self.norm(x)[:, 0])
+        x = self.norm(x)
+        return self.head(x[:, 0] if self.cls_pool else x.mean(1))

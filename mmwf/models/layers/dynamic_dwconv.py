@@ -34,6 +34,10 @@ class DynamicDWConv(nn.Module):
         """Predict dW (B, C, K, K) from the map x (B, C, H, W)."""
         raise NotImplementedError
 
+    def effective_delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        """The update added to ``w`` for tokens x (B, H*W, C): (B, C, K, K)."""
+        return self.delta(tokens_to_map(x, hw))
+
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         x = tokens_to_map(x, hw)
         weight = self.w + self.delta(x).unsqueeze(2)  # (B, C, 1, K, K)

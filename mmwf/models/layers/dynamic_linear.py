@@ -47,6 +47,12 @@ class DynamicLinear(nn.Module):
         """Predict dW (B, Cin, Cout) from tokens x (B, N, Cin)."""
         raise NotImplementedError
 
+    def effective_delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        """The update added to ``w``: dW / (||dW||_col + 1), (B, Cin, Cout) (``forward`` fuses it into one
+        addcdiv; this explicit form is for analysis, e.g. tools/analysis/dynamic_strength.py)."""
+        dw = self.delta(x, hw)
+        return dw / (torch.linalg.vector_norm(dw, dim=1, keepdim=True) + 1)
+
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         # work on W^T (B, Cout, Cin): the strategies build dW^T contiguously (``delta`` returns its
         # transposed view), so the column norms and the update run over contiguous memory

@@ -5,6 +5,7 @@ import torch.nn.functional as F
 from mmengine.analysis import FlopAnalyzer
 
 from mmwf.models.backbones import WeightFormer
+from tests.cost import TensorShapes, saved_bytes
 
 SMALL = dict(embed_dims=32, depth=5, mlp_ratio=2)
 
@@ -289,39 +290,12 @@ def test_fp16_autocast_at_1248_is_finite():
 
 def test_no_token_by_token_tensor():
     """No intermediate has two dimensions as large as the token count (no N x N map)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Shapes(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.shapes = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            for t in (out if isinstance(out, (tuple, list)) else [out]):
-                if isinstance(t, torch.Tensor):
-                    self.shapes.append(tuple(t.shape))
-            return out
-
     model = WeightFormer('t', out_indices=(16,))
     n = 32 * 40
-    with Shapes() as mode:
+    with TensorShapes() as mode:
         model(torch.randn(1, 3, 32 * 16, 40 * 16))[0].sum().backward()
     assert len(mode.shapes) > 100
     assert not [s for s in mode.shapes if sum(d >= n for d in s) >= 2]
-
-
-def saved_activation_bytes(model, img):
-    total = 0
-
-    def pack(t):
-        nonlocal total
-        total += t.numel() * t.element_size()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(img)[0].sum()
-    return total
 
 
 def test_activation_memory_is_linear_in_tokens():
@@ -329,6 +303,6 @@ def test_activation_memory_is_linear_in_tokens():
     tokens grow 4x like the token increments (a quadratic term would make it about 20x)."""
     model = WeightFormer('t', out_indices=(16,))
     tokens = [(s // 16) ** 2 for s in (256, 512, 1024)]
-    saved = [saved_activation_bytes(model, torch.randn(1, 3, s, s)) for s in (256, 512, 1024)]
+    saved = [saved_bytes(lambda s=s: model(torch.randn(1, 3, s, s))[0].sum()) for s in (256, 512, 1024)]
     growth = (saved[2] - saved[1]) / (saved[1] - saved[0])
     assert growth == pytest.approx((tokens[2] - tokens[1]) / (tokens[1] - tokens[0]), rel=0.02)

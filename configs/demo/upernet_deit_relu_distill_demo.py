@@ -1,0 +1,17 @@
+# Demo of linear-attention transfer + attention-output distillation on the synthetic ADE20K-layout data: a
+# DeiT-T ReLU student, Copy-initialised from a softmax DeiT-T and distilled from it (lambda = 50) inside UperNet.
+# Data, image size and schedule are the WF-T UperNet demo's; DeiT-T instead of B so that it runs on a CPU.
+# The softmax "checkpoint" is a seeded random DeiT-T written by tools/generate_demo_data.py (the demo has no
+# ImageNet weights): the run shows the mechanics (loss_distill falls), not the paper's accuracy.
+_base_ = './upernet_wf_t_demo.py'
+
+softmax_checkpoint = 'data/demo/checkpoints/deit_t_softmax.pth'
+model = dict(
+    _delete_=True, type='AttentionDistiller', loss_weight=50.0,
+    student=dict(_base_.model,
+                 backbone=dict(type='DeiT', arch='t', attn_cfg=dict(type='ReLUAttention'), out_indices=(2, 5, 8, 11),
+                               final_norm=False,
+                               init_cfg=dict(type='SoftmaxTransfer', recipe='copy', checkpoint=softmax_checkpoint))),
+    teacher=dict(type='DeiT', arch='t', out_indices=(11,), final_norm=False,
+                 init_cfg=dict(type='Pretrained', checkpoint=softmax_checkpoint)))
+optim_wrapper = dict(paramwise_cfg=dict(num_layers=12))

@@ -1,0 +1,76 @@
+"""Backbones and images for the analysis tools (erf.py, dynamic_strength.py)."""
+from __future__ import annotations
+
+import glob
+import os.path as osp
+
+import torch
+import torch.nn as nn
+
+from mmwf.models.utils import load_backbone_checkpoint
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+DEMO_IMAGES = osp.join(ROOT, 'data', 'demo', 'coco', 'val')
+SHORT_NAMES = {
+    'wf-t': dict(type='WeightFormer', arch='t'), 'wf-s': dict(type='WeightFormer', arch='s'),
+    'wf-b': dict(type='WeightFormer', arch='b'), 'static-t': dict(type='WeightFormer', arch='t', dynamic_blocks=[]),
+    'deit-t': dict(type='DeiT', arch='t', with_cls_token=False),
+    'deit-s': dict(type='DeiT', arch='s', with_cls_token=False),
+}
+
+
+def add_input_args(parser, num_images: int, size: int, out: str) -> None:
+    """The analysis tools' shared arguments: backbone, weights, images, output, device."""
+    parser.add_argument('backbone', help=f'short name ({", ".join(SHORT_NAMES)}) or an mmdet / mmseg config')
+    parser.add_argument('--checkpoint', help='weights (backbone, classifier or detector / segmentor checkpoint)')
+    parser.add_argument('--images', help='folder of images (default: the demo images, generated if absent)')
+    parser.add_argument('--num-images', type=int, default=num_images)
+    parser.add_argument('--size', type=int, default=size, help='square input size')
+    parser.add_argument('--out', default=out, help='PNG to write')
+    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+
+
+def backbone_config(spec: str) -> dict:
+    """A backbone config from a short name (``wf-t``, ``static-t``, ``deit-s``, ...) or from an mmdet / mmseg
+    config file (its ``model.backbone``, or ``model.student.backbone`` under AttentionDistiller)."""
+    if spec in SHORT_NAMES:
+        return dict(SHORT_NAMES[spec])
+    if not osp.isfile(spec):
+        raise FileNotFoundError(f'{spec!r} is neither a backbone name ({", ".join(SHORT_NAMES)}) nor a config file')
+    from mmengine.config import Config
+    model = Config.fromfile(spec).model
+    return dict(model.get('student', model).backbone)
+
+
+def build_backbone(spec: str | dict, checkpoint: str | None = None) -> nn.Module:
+    """Build a backbone with random weights (its ``init_cfg`` dropped) and, when given, load ``checkpoint``
+    strictly (a backbone, classifier or detector / segmentor checkpoint: ``backbone.`` keys are unwrapped)."""
+    from mmwf.registry import MODELS
+    cfg = backbone_config(spec) if isinstance(spec, str) else dict(spec)
+    cfg.pop('init_cfg', None)
+    model = MODELS.build(cfg)
+    if checkpoint:
+        load_backbone_checkpoint(model, checkpoint)
+    return model.eval()
+
+
+def load_images(folder: str | None, size: int, limit: int) -> torch.Tensor:
+    """Up to ``limit`` images of ``folder`` (default: the demo images, generated if absent), resized to
+    ``size`` x ``size``, normalised with ImageNet's mean and std: (B, 3, size, size)."""
+    import cv2
+    import numpy as np
+    if folder is None:
+        folder = DEMO_IMAGES
+        if not glob.glob(osp.join(folder, '*.jpg')):
+            import sys
+            sys.path.insert(0, ROOT)
+            from tools.generate_demo_data import generate
+            generate(osp.dirname(osp.dirname(folder)))
+    files = sorted(f for ext in ('jpg', 'jpeg', 'png') for f in glob.glob(osp.join(folder, f'*.{ext}')))[:limit]
+    if not files:
+        raise FileNotFoundError(f'no .jpg / .png images in {folder!r}; give --images a folder of images, or leave it '
+                                'out to use the demo images (python tools/generate_demo_data.py)')
+    mean, std = np.array([123.675, 116.28, 103.53]), np.array([58.395, 57.12, 57.375])
+    images = [(cv2.resize(cv2.imread(f)[:, :, ::-1], (size, size), interpolation=cv2.INTER_LINEAR) - mean) / std
+              for f in files]
+    return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float()

@@ -1,0 +1,3 @@
+from .attention_distiller import AttentionDistiller
+
+__all__ = ['AttentionDistiller']

@@ -1,0 +1,214 @@
+"""Linear-complexity replacements for softmax attention in DeiT: ELU, ReLU, InLine and MHLA.
+
+Every operator keeps timm's projection names and shapes (``qkv`` Linear(C, 3C) with bias, ``proj``
+Linear(C, C)), so softmax DeiT weights transfer; heads of d = C / h channels as DeiT splits them. Each maps
+tokens x (B, N, C) on the patch grid ``hw`` to (B, N, C) at O(N C d) cost. Sums over tokens and the
+normalising division run in fp32 (autocast off): in fp16 they overflow for large N.
+Spec: ``linear_attention.md`` sections 2-5 (equations referenced below).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mmwf.registry import MODELS
+
+
+def split_heads(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(B, N, 3C) in timm's row layout [q | k | v], head-major -> q, k, v each (B, h, N, d)."""
+    B, N, C3 = qkv.shape
+    q, k, v = qkv.reshape(B, N, 3, num_heads, C3 // (3 * num_heads)).permute(2, 0, 3, 1, 4)
+    return q, k, v
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, h, N, d) -> (B, N, h * d)."""
+    B, h, N, d = x.shape
+    return x.transpose(1, 2).reshape(B, N, h * d)
+
+
+def accumulation_dtype(t: torch.Tensor) -> torch.dtype:
+    """fp32, or the input's dtype when it is wider (fp64 in tests)."""
+    return torch.promote_types(t.dtype, torch.float32)
+
+
+def check_patch_tokens(x: torch.Tensor, hw: tuple[int, int], operator: str) -> None:
+    """Operators without a class token need exactly the H x W patch tokens."""
+    if x.shape[1] != hw[0] * hw[1]:
+        raise ValueError(f'{operator} takes exactly the {hw[0]} x {hw[1]} patch tokens (no class token); got '
+                         f'{x.shape[1]} tokens. Build the DeiT backbone with with_cls_token=False.')
+
+
+def kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, eps: float) -> torch.Tensor:
+    """o_i = q_i^T S / (q_i^T z + eps) with S = sum_j k_j v_j^T, z = sum_j k_j (eq. of section 2), for
+    feature-mapped q, k (..., N, d) and v (..., N, d); in fp32, returned in v's dtype."""
+    dtype, acc = v.dtype, accumulation_dtype(v)
+    with torch.autocast(q.device.type, enabled=False):
+        q, k, v = q.to(acc), k.to(acc), v.to(acc)
+        kv = k.transpose(-2, -1) @ v
+        z = k.sum(-2, keepdim=True)
+        out = (q @ kv) / ((q * z).sum(-1, keepdim=True) + eps)
+    return out.to(dtype)
+
+
+class LinearAttentionBase(nn.Module):
+    """timm-shaped projections shared by the linear operators (``qkv``, ``proj``).
+
+    ``with_cls_token``: whether the operator accepts a class token (MHLA and TTT need the tokens to be
+    exactly the H x W grid).
+    """
+
+    with_cls_token = True
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, proj_drop: float = 0.0) -> None:
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
+        self.num_heads, self.head_dim = num_heads, dim // num_heads
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        """Per-head token mixing: q, k, v (B, h, N, d) -> (B, h, N, d)."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, hw: tuple[int, int] | None = None) -> torch.Tensor:
+        """Tokens (B, N, C) -> (B, N, C)."""
+        q, k, v = split_heads(self.qkv(x), self.num_heads)
+        return self.proj_drop(self.proj(merge_heads(self.mix(q, k, v, hw))))
+
+
+@MODELS.register_module()
+class ELUAttention(LinearAttentionBase):
+    """Katharopoulos et al. (2020): phi(x) = ELU(x) + 1 on raw q, k (no temperature), eps = 1e-6."""
+
+    def __init__(self, dim: int, num_heads: int, eps: float = 1e-6, **kwargs) -> None:
+        super().__init__(dim, num_heads, **kwargs)
+        self.eps = eps
+
+    def mix(self, q, k, v, hw):
+        return kernel_attention(F.elu(q) + 1, F.elu(k) + 1, v, self.eps)
+
+
+@MODELS.register_module()
+class ReLUAttention(LinearAttentionBase):
+    """ReLU linear attention: phi = ReLU (scale-invariant, so no temperature), eps = 1e-6. A token whose
+    phi(q) is zero gets a zero output."""
+
+    def __init__(self, dim: int, num_heads: int, eps: float = 1e-6, **kwargs) -> None:
+        super().__init__(dim, num_heads, **kwargs)
+        self.eps = eps
+
+    def mix(self, q, k, v, hw):
+        return kernel_attention(F.relu(q), F.relu(k), v, self.eps)
+
+
+@MODELS.register_module()
+class InLineAttention(LinearAttentionBase):
+    """InLine attention (Han et al., 2024), attention-only form (no local residual branch).
+
+    Weights A_ij = (s/N) q_i^T k_j + (1/N)(1 - s q_i^T kbar), s = d^-1/2 (rows sum to 1), evaluated in the
+    centred form o_i = vbar + s q_i^T Sigma_KV, Sigma_KV = (1/N) sum_j (k_j - kbar)(v_j - vbar)^T (section 4).
+    """
+
+    def mix(self, q, k, v, hw):
+        dtype, acc, N = v.dtype, accumulation_dtype(v), v.shape[-2]
+        with torch.autocast(q.device.type, enabled=False):
+            q, k, v = q.to(acc), k.to(acc), v.to(acc)
+            vbar = v.mean(-2, keepdim=True)
+            cov = (k - k.mean(-2, keepdim=True)).transpose(-2, -1) @ (v - vbar) / N
+            out = vbar + (q * self.head_dim ** -0.5) @ cov
+        return out.to(dtype)
+
+
+def block_distance_mixing(grid: tuple[int, int], transform: str = 'cos') -> torch.Tensor:
+    """MHLA's initial mixing matrix M (P x P) for a P_h x P_w block layout (section 5.3): m = f(D / max D) of the
+    distances between block centres (row-major block index), each column normalised to sum 1."""
+    rows, cols = grid
+    centres = torch.tensor([(r + 0.5, c + 0.5) for r in range(rows) for c in range(cols)], dtype=torch.float64)
+    dist = torch.cdist(centres, centres)
+    rel = dist / dist.max() if dist.max() > 0 else dist
+    if transform == 'cos':
+        m = torch.cos(rel * math.pi / 4)
+    elif transform == 'linear':
+        m = 1 - rel
+    else:
+        raise ValueError(f"unknown MHLA mixing init {transform!r}; choose 'cos' or 'linear'")
+    return (m / m.sum(0, keepdim=True)).float()
+
+
+@MODELS.register_module()
+class MHLAttention(LinearAttentionBase):
+    """Multi-head linear attention (Zhang et al., ICLR 2026), token-level blocks (section 5).
+
+    The grid is cut into a fixed ``blocks`` = P_h x P_w layout (2 x 2 by default, so the learned P x P mixing
+    matrix transfers to any grid); block size ceil(H / P_h) x ceil(W / P_w), the grid zero-padded and the padded
+    tokens masked out. Per head and block p: S_p = sum_i phi(k_i) v_i^T, z_p = sum_i phi(k_i) with
+    phi = ReLU + 1e-6; S~_p = sum_p' M[p, p'] S_p'; o = phi(q)^T S~_p / n, plus a 5 x 5 depthwise conv of v
+    (``lepe``) before ``proj``. Normaliser n (``normalizer``):
+
+    - ``'official'`` (the MHLA release): n_{p,i} = sum_p' M[p, p'] phi(q_{p',i})^T z_p' + 1e-6 (it pairs
+      in-block position i across blocks);
+    - ``'textbook'``: n_{p,i} = phi(q_{p,i})^T sum_p' M[p, p'] z_p' + 1e-6.
+
+    No class token: tokens must be exactly the H x W grid, in raster order.
+    """
+
+    with_cls_token = False
+
+    def __init__(self, dim: int, num_heads: int, blocks: tuple[int, int] = (2, 2), normalizer: str = 'official',
+                 mixing_init: str = 'cos', lepe_kernel: int = 5, **kwargs) -> None:
+        super().__init__(dim, num_heads, **kwargs)
+        if normalizer not in ('official', 'textbook'):
+            raise ValueError(f"MHLA normalizer must be 'official' or 'textbook', got {normalizer!r}")
+        self.blocks, self.normalizer = tuple(blocks), normalizer
+        self.lepe = nn.Conv2d(dim, dim, lepe_kernel, padding=lepe_kernel // 2, groups=dim)
+        self.block_mixing = nn.Parameter(block_distance_mixing(self.blocks, mixing_init))
+
+    def partition(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        """(B, h, H*W, d) raster -> (B, h, P, w, d) blocks, zero-padded to equal block sizes."""
+        B, h, _, d = x.shape
+        (H, W), (ph, pw) = hw, self.blocks
+        bh, bw = -(-H // ph), -(-W // pw)
+        x = F.pad(x.reshape(B, h, H, W, d), (0, 0, 0, pw * bw - W, 0, ph * bh - H))
+        x = x.reshape(B, h, ph, bh, pw, bw, d).transpose(3, 4)
+        return x.reshape(B, h, ph * pw, bh * bw, d)
+
+    def unpartition(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        """Inverse of :meth:`partition`: (B, h, P, w, d) -> (B, h, H*W, d)."""
+        B, h, _, _, d = x.shape
+        (H, W), (ph, pw) = hw, self.blocks
+        bh, bw = -(-H // ph), -(-W // pw)
+        x = x.reshape(B, h, ph, pw, bh, bw, d).transpose(3, 4).reshape(B, h, ph * bh, pw * bw, d)
+        return x[:, :, :H, :W].reshape(B, h, H * W, d)
+
+    def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        """Patch tokens (B, H*W, C) in raster order on grid ``hw`` -> (B, H*W, C)."""
+        check_patch_tokens(x, hw, 'MHLA')
+        B, N, C = x.shape
+        H, W = hw
+        q, k, v = split_heads(self.qkv(x), self.num_heads)
+        lepe = self.lepe(merge_heads(v).transpose(1, 2).reshape(B, C, H, W)).flatten(2).transpose(1, 2)
+        out = self.mix(q, k, v, hw)
+        return self.proj_drop(self.proj(merge_heads(out) + lepe))
+
+    def mix(self, q, k, v, hw):
+        dtype, acc = v.dtype, accumulation_dtype(v)
+        valid = self.partition(q.new_ones(1, 1, q.shape[-2], 1, dtype=acc), hw)
+        with torch.autocast(q.device.type, enabled=False):
+            m = self.block_mixing.to(acc)
+            q = self.partition(F.relu(q.to(acc)) + 1e-6, hw) * valid
+            k = self.partition(F.relu(k.to(acc)) + 1e-6, hw) * valid
+            v = self.partition(v.to(acc), hw)
+            kv = torch.einsum('qp,bhpde->bhqde', m, k.transpose(-2, -1) @ v)
+            z = k.sum(-2)
+            if self.normalizer == 'official':
+                den = torch.einsum('qp,bhpw->bhqw', m, (q * z.unsqueeze(-2)).sum(-1)).unsqueeze(-1)
+            else:
+                den = (q * torch.einsum('qp,bhpd->bhqd', m, z).unsqueeze(-2)).sum(-1, keepdim=True)
+            out = (q @ kv) / (den + 1e-6)
+        return self.unpartition(out, hw).to(dtype)

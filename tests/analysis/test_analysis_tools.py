@@ -1,0 +1,103 @@
+"""Analysis: effective receptive field, dynamic strength, benchmark memory, classifier FLOPs; the tools' CLIs."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mmwf.analysis import dynamic_strength, effective_receptive_field, outside_fraction
+from mmwf.models.backbones import WeightFormer
+from mmwf.models.layers import AdaptiveDynamicDWConv, BilateralDynamicLinear
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = dict(embed_dims=32, depth=2, mlp_ratio=2)
+
+
+def run(*args):
+    res = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    return res.stdout
+
+
+@pytest.fixture(scope='module')
+def images_dir(tmp_path_factory):
+    sys.path.insert(0, str(ROOT))
+    from tools.generate_demo_data import generate
+    out = tmp_path_factory.mktemp('demo')
+    generate(str(out), size=64, train=2, val=3, seed=0)
+    return out / 'coco' / 'val'
+
+
+def test_erf_of_a_static_cnn_is_local_and_of_a_dynamic_block_global():
+    """Two static blocks (3x3 depthwise convs on 16-px patches) see +-2 patches around the centre patch; with
+    a dynamic block (weights predicted from the whole image) every pixel contributes."""
+    images = torch.randn(2, 3, 160, 160)
+    static = WeightFormer(SMALL, dynamic_blocks=[]).eval()
+    dynamic = WeightFormer(SMALL, dynamic_blocks=[1]).eval()
+    local = effective_receptive_field(static, images)
+    wide = effective_receptive_field(dynamic, images)
+    assert local.shape == (160, 160)
+    assert outside_fraction(local, 48) == 0.0 and local[80, 80] > 0
+    assert outside_fraction(wide, 48) > 0.01
+    assert (wide[:16, :16] > 0).all()
+
+
+def test_effective_updates_are_what_the_layers_add():
+    x, hw = torch.randn(2, 6 * 5, 32), (6, 5)
+    linear = BilateralDynamicLinear(32, 64)
+    weight = linear.w + linear.effective_delta(x, hw)
+    torch.testing.assert_close(linear(x, hw), x.unsqueeze(2).matmul(weight.unsqueeze(1)).squeeze(2) + linear.b,
+                               rtol=1e-4, atol=1e-5)
+    conv = AdaptiveDynamicDWConv(32)
+    kernel = conv.w + conv.effective_delta(x, hw).unsqueeze(2)
+    maps = x.transpose(1, 2).reshape(2, 32, *hw)
+    ref = torch.cat([F.conv2d(maps[i:i + 1], kernel[i], conv.b, padding=1, groups=32) for i in range(2)])
+    torch.testing.assert_close(conv(x, hw), ref.flatten(2).transpose(1, 2), rtol=1e-4, atol=1e-5)
+
+
+def test_dynamic_strength_per_layer_and_image():
+    model = WeightFormer('t').eval()
+    ratios = dynamic_strength(model, torch.randn(3, 3, 64, 96), batch_size=2)
+    assert list(ratios) == [f'blocks.{i}.{m}' for i in (1, 4, 7, 10, 13, 16) for m in ('dwc', 'linear1')]
+    assert all(len(r) == 3 and all(v > 0 for v in r) for r in ratios.values())
+    with pytest.raises(ValueError, match='no dynamic layers'):
+        dynamic_strength(WeightFormer(SMALL, dynamic_blocks=[]), torch.randn(1, 3, 32, 32))
+
+
+def test_erf_tool_before_and_after_a_checkpoint(images_dir, tmp_path):
+    torch.save(WeightFormer('t').state_dict(), tmp_path / 'wf.pth')
+    out = run('tools/analysis/erf.py', 'wf-t', '--images', str(images_dir), '--num-images', '2', '--size', '64',
+              '--checkpoint', str(tmp_path / 'wf.pth'), '--out', str(tmp_path / 'erf.png'))
+    rows = [r for r in out.splitlines() if r.startswith('| random init') or r.startswith('| wf.pth')]
+    assert len(rows) == 2 and 'erf: image 2/2' in out
+    assert (tmp_path / 'erf.png').read_bytes()[:4] == b'\x89PNG'
+
+
+def test_dynamic_strength_tool(images_dir, tmp_path):
+    out = run('tools/analysis/dynamic_strength.py', 'configs/upernet_wf_t_ade20k.py', '--images', str(images_dir),
+              '--num-images', '3', '--size', '64', '--out', str(tmp_path / 'r.png'))
+    assert out.count('| blocks.') == 12 and 'all 12 dynamic layers, 3 images' in out
+    assert (tmp_path / 'r.png').read_bytes()[:4] == b'\x89PNG'
+
+
+def test_benchmark_tool_with_memory_and_plot(tmp_path):
+    out = run('tools/analysis/benchmark.py', '--sizes', '32', '64', '--models', 'static-t', 'deit-t', '--rounds', '1',
+              '--iters', '1', '--plot', str(tmp_path / 'bench.png'))
+    rows = [[c.strip() for c in r.split('|')[1:-1]] for r in out.splitlines() if r.startswith(('| static', '| deit'))]
+    assert len(rows) == 4
+    for *_, img_s, _ratio, peak, act in rows:
+        assert float(img_s) > 0 and float(peak) > 100 and 0 <= float(act) <= float(peak)
+    assert (tmp_path / 'bench.png').read_bytes()[:4] == b'\x89PNG'
+
+
+def test_get_flops_classifiers_table3_and_linear_operators():
+    out = run('tools/analysis/get_flops.py', 'wf-t', 'deit-t', '--paper')
+    rows = {r.split('|')[1].strip(): [c.strip() for c in r.split('|')[1:-1]] for r in out.splitlines()
+            if r.startswith('| wf-t') or r.startswith('| deit-t')}
+    assert rows['wf-t'][3:5] == ['7.07', '1.13'] and rows['wf-t'][5].startswith('1.1 (+2.7%)')
+    assert rows['deit-t'][3] == '5.72'
+    out = run('tools/analysis/get_flops.py', 'deit-t', 'deit-t-relu', 'deit-t-ttt', '--shape', '512', '512')
+    flops = {r.split('|')[1].strip(): float(r.split('|')[5]) for r in out.splitlines() if r.startswith('| deit')}
+    assert flops['deit-t-relu'] < flops['deit-t'] and flops['deit-t-ttt'] < flops['deit-t']
