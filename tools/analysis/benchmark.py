@@ -126,7 +126,7 @@ def memory_in_subprocess(name: str, size: int, batch: int, threads: int) -> dict
 
 
 def save_plot(rows: list[dict], path: str, device: str) -> None:
-    """Throughput and peak memory against resolution, one line per model (Figure 5's layout)."""
+    """Throughput and activation memory against resolution, one line per model (Figure 5's layout)."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -135,12 +135,12 @@ def save_plot(rows: list[dict], path: str, device: str) -> None:
         mine = [r for r in rows if r['model'] == name]
         sizes = [r['size'] for r in mine]
         axes[0].plot(sizes, [r['img_s'] for r in mine], marker='o', label=name)
-        if 'peak' in mine[0]:
-            axes[1].plot(sizes, [r['peak'] for r in mine], marker='o', label=name)
+        if 'activations' in mine[0]:
+            axes[1].plot(sizes, [max(r['activations'], 1e-3) for r in mine], marker='o', label=name)
     axes[0].set(xlabel='input resolution', ylabel='throughput (img/s, log)', yscale='log',
                 title=f'inference throughput ({device})')
-    axes[1].set(xlabel='input resolution', ylabel='peak memory (MB, log)', yscale='log',
-                title='peak memory of one forward')
+    axes[1].set(xlabel='input resolution', ylabel='memory (MB, log)', yscale='log',
+                title='activation memory of one forward (batch as in the table)')
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend()
