@@ -19,6 +19,43 @@ SHORT_NAMES = {
 }
 
 
+OPERATORS = {'elu': 'ELUAttention', 'relu': 'ReLUAttention', 'inline': 'InLineAttention', 'mhla': 'MHLAttention',
+             'ttt': 'TTTAttention'}
+
+
+def classifier_config(name: str) -> dict:
+    """An ImageNet classifier by name -> its backbone config with the 1000-class head: ``wf-{t,s,b}``,
+    ``static-t`` (Table 2's baseline), ``deit-{t,s,b}`` and ``deit-{t,s,b}-{elu,relu,inline,mhla,ttt}``."""
+    family, arch, *op = name.split('-') + [''] * (2 - len(name.split('-')))
+    if family not in ('wf', 'static', 'deit') or arch not in ('t', 's', 'b') or len(op) > 1 or (
+            op and (family != 'deit' or op[0] not in OPERATORS)):
+        raise ValueError(f'{name!r} is not a classifier name (wf-t, static-t, deit-s, deit-b-relu, ...; '
+                         f'operators: {", ".join(OPERATORS)})')
+    if family != 'deit':
+        return dict(type='WeightFormer', arch=arch, num_classes=1000,
+                    **({'dynamic_blocks': []} if family == 'static' else {}))
+    attn = OPERATORS[op[0]] if op else 'SoftmaxAttention'
+    return dict(type='DeiT', arch=arch, num_classes=1000, attn_cfg=dict(type=attn),
+                with_cls_token=attn not in ('MHLAttention', 'TTTAttention'))
+
+
+class Classifier(nn.Module):
+    """A backbone's ImageNet classifier path (``forward_classifier``) as a module: images -> logits."""
+
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.backbone.forward_classifier(x)
+
+
+def build_classifier(name: str) -> Classifier:
+    """:func:`classifier_config` built, random weights, eval mode."""
+    from mmwf.registry import MODELS
+    return Classifier(MODELS.build(classifier_config(name))).eval()
+
+
 def add_input_args(parser, num_images: int, size: int, out: str) -> None:
     """The analysis tools' shared arguments: backbone, weights, images, output, device."""
     parser.add_argument('backbone', help=f'short name ({", ".join(SHORT_NAMES)}) or an mmdet / mmseg config')

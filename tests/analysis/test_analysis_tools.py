@@ -101,3 +101,13 @@ def test_get_flops_classifiers_table3_and_linear_operators():
     out = run('tools/analysis/get_flops.py', 'deit-t', 'deit-t-relu', 'deit-t-ttt', '--shape', '512', '512')
     flops = {r.split('|')[1].strip(): float(r.split('|')[5]) for r in out.splitlines() if r.startswith('| deit')}
     assert flops['deit-t-relu'] < flops['deit-t'] and flops['deit-t-ttt'] < flops['deit-t']
+
+
+def test_classifier_names():
+    from mmwf.analysis.inputs import classifier_config
+    assert classifier_config('deit-b-ttt') == dict(type='DeiT', arch='b', num_classes=1000,
+                                                   attn_cfg=dict(type='TTTAttention'), with_cls_token=False)
+    assert classifier_config('static-t')['dynamic_blocks'] == []
+    for bad in ('wf', 'wf-x', 'wf-t-relu', 'deit-t-softmax', 'deit-t-relu-2'):
+        with pytest.raises(ValueError, match='not a classifier name'):
+            classifier_config(bad)

@@ -13,6 +13,7 @@ during the forward (activations; the peak is reset before the forward through /p
     python tools/analysis/benchmark.py                       # 224 (batch 16), 512, 1024 (batch 1)
     python tools/analysis/benchmark.py --sizes 224 512 768 1024 1248 --models wf-t wf-s static-t deit-t deit-s \
         --plot benchmark.png
+    python tools/analysis/benchmark.py --models deit-t deit-t-relu deit-t-mhla deit-t-ttt   # linear attention
 """
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -33,29 +33,18 @@ ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
 def build(name: str, size: int) -> nn.Module:
-    """Classifier-form models (1000-class head) as in the paper's Table 3."""
+    """Classifier-form models (1000-class head) as in the paper's Table 3: ``deit-t`` / ``deit-s`` are timm's
+    (the reference); every other name is one of mmwf's (:func:`mmwf.analysis.inputs.classifier_config`:
+    ``wf-t``, ``static-t``, ``deit-t-relu``, ``deit-s-ttt``, ...)."""
     import timm
 
-    from mmwf.models.backbones import WeightFormer
-
-    class Classifier(nn.Module):
-        def __init__(self, backbone: WeightFormer) -> None:
-            super().__init__()
-            self.backbone = backbone
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.backbone.forward_classifier(x)
-
-    makers: dict[str, Callable[[], nn.Module]] = {
-        'wf-t': lambda: Classifier(WeightFormer('t', num_classes=1000)),
-        'wf-s': lambda: Classifier(WeightFormer('s', num_classes=1000)),
-        'static-t': lambda: Classifier(WeightFormer('t', dynamic_blocks=[], num_classes=1000)),
-        'deit-t': lambda: timm.create_model('deit_tiny_patch16_224', img_size=size),
-        'deit-s': lambda: timm.create_model('deit_small_patch16_224', img_size=size),
-    }
-    if name not in makers:
-        raise SystemExit(f'unknown model {name!r}; choose from {sorted(makers)}')
-    return makers[name]().eval()
+    from mmwf.analysis.inputs import build_classifier
+    if name in ('deit-t', 'deit-s'):
+        return timm.create_model(f'deit_{"tiny" if name == "deit-t" else "small"}_patch16_224', img_size=size).eval()
+    try:
+        return build_classifier(name)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
 
 
 def time_once(model: nn.Module, x: torch.Tensor, iters: int) -> float:

@@ -32,6 +32,7 @@ ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
 from mmwf.analysis import count_flops, released_order  # noqa: E402
+from mmwf.analysis.inputs import build_classifier  # noqa: E402
 from mmwf.utils import adapt_to_device  # noqa: E402
 
 # paper (Tables 4 and 5): params (M), total FLOPs (G), backbone FLOPs (G)
@@ -44,37 +45,13 @@ PAPER = {
 
 # paper Table 3 (ImageNet classifiers at 224): params (M), GFLOPs
 PAPER_CLASSIFIERS = {'wf-t': (7, 1.1), 'deit-t': (6, 1.2), 'wf-s': (27, 4.4), 'deit-s': (22, 4.6)}
-OPERATORS = {'elu': 'ELUAttention', 'relu': 'ReLUAttention', 'inline': 'InLineAttention', 'mhla': 'MHLAttention',
-             'ttt': 'TTTAttention'}
-
-
-def classifier_config(name: str) -> dict:
-    """``wf-t`` ... ``deit-b-ttt`` -> a backbone config with the 1000-class head."""
-    family, arch, *op = name.split('-')
-    if family not in ('wf', 'static', 'deit') or arch not in ('t', 's', 'b') or len(op) > 1 or (
-            op and (family != 'deit' or op[0] not in OPERATORS)):
-        raise SystemExit(f'{name!r} is neither a config file nor a classifier name (wf-t, static-t, deit-s, '
-                         f'deit-b-relu, ...; operators: {", ".join(OPERATORS)})')
-    if family != 'deit':
-        return dict(type='WeightFormer', arch=arch, num_classes=1000, **({'dynamic_blocks': []}
-                                                                          if family == 'static' else {}))
-    attn = OPERATORS[op[0]] if op else 'SoftmaxAttention'
-    return dict(type='DeiT', arch=arch, num_classes=1000, attn_cfg=dict(type=attn),
-                with_cls_token=attn not in ('MHLAttention', 'TTTAttention'))
-
-
-class Classifier(nn.Module):
-    def __init__(self, backbone: nn.Module) -> None:
-        super().__init__()
-        self.backbone = backbone
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.backbone.forward_classifier(x)
 
 
 def count_classifier(name: str, shape: tuple[int, int], our_order: bool) -> dict[str, tuple[float, float]]:
-    from mmwf.registry import MODELS
-    model = Classifier(MODELS.build(classifier_config(name))).eval()
+    try:
+        model = build_classifier(name)
+    except ValueError as err:
+        raise SystemExit(f'{err}; or give a config file') from None
     order = contextlib.nullcontext() if our_order else released_order(model)
     with order, torch.no_grad():
         flops = count_flops(model, torch.randn(1, 3, *shape)) / 1e9
