@@ -11,13 +11,6 @@ from mmwf.models.utils import load_backbone_checkpoint
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEMO_IMAGES = osp.join(ROOT, 'data', 'demo', 'coco', 'val')
-SHORT_NAMES = {
-    'wf-t': dict(type='WeightFormer', arch='t'), 'wf-s': dict(type='WeightFormer', arch='s'),
-    'wf-b': dict(type='WeightFormer', arch='b'), 'static-t': dict(type='WeightFormer', arch='t', dynamic_blocks=[]),
-    'deit-t': dict(type='DeiT', arch='t', with_cls_token=False),
-    'deit-s': dict(type='DeiT', arch='s', with_cls_token=False),
-}
-
 
 OPERATORS = {'elu': 'ELUAttention', 'relu': 'ReLUAttention', 'inline': 'InLineAttention', 'mhla': 'MHLAttention',
              'ttt': 'TTTAttention'}
@@ -26,7 +19,8 @@ OPERATORS = {'elu': 'ELUAttention', 'relu': 'ReLUAttention', 'inline': 'InLineAt
 def classifier_config(name: str) -> dict:
     """An ImageNet classifier by name -> its backbone config with the 1000-class head: ``wf-{t,s,b}``,
     ``static-t`` (Table 2's baseline), ``deit-{t,s,b}`` and ``deit-{t,s,b}-{elu,relu,inline,mhla,ttt}``."""
-    family, arch, *op = name.split('-') + [''] * (2 - len(name.split('-')))
+    parts = name.split('-')
+    family, arch, op = parts[0], parts[1] if len(parts) > 1 else '', parts[2:]
     if family not in ('wf', 'static', 'deit') or arch not in ('t', 's', 'b') or len(op) > 1 or (
             op and (family != 'deit' or op[0] not in OPERATORS)):
         raise ValueError(f'{name!r} is not a classifier name (wf-t, static-t, deit-s, deit-b-relu, ...; '
@@ -58,7 +52,8 @@ def build_classifier(name: str) -> Classifier:
 
 def add_input_args(parser, num_images: int, size: int, out: str) -> None:
     """The analysis tools' shared arguments: backbone, weights, images, output, device."""
-    parser.add_argument('backbone', help=f'short name ({", ".join(SHORT_NAMES)}) or an mmdet / mmseg config')
+    parser.add_argument('backbone', help='a name (wf-t, wf-s, wf-b, static-t, deit-t, deit-s-relu, ...) or an '
+                        'mmdet / mmseg config')
     parser.add_argument('--checkpoint', help='weights (backbone, classifier or detector / segmentor checkpoint)')
     parser.add_argument('--images', help='folder of images (default: the demo images, generated if absent)')
     parser.add_argument('--num-images', type=int, default=num_images)
@@ -68,12 +63,19 @@ def add_input_args(parser, num_images: int, size: int, out: str) -> None:
 
 
 def backbone_config(spec: str) -> dict:
-    """A backbone config from a short name (``wf-t``, ``static-t``, ``deit-s``, ...) or from an mmdet / mmseg
-    config file (its ``model.backbone``, or ``model.student.backbone`` under AttentionDistiller)."""
-    if spec in SHORT_NAMES:
-        return dict(SHORT_NAMES[spec])
+    """A dense backbone config (no head; DeiT without class token) from a name of :func:`classifier_config`
+    (``wf-t``, ``static-t``, ``deit-s``, ``deit-t-ttt``, ...) or from an mmdet / mmseg config file (its
+    ``model.backbone``, or ``model.student.backbone`` under AttentionDistiller)."""
     if not osp.isfile(spec):
-        raise FileNotFoundError(f'{spec!r} is neither a backbone name ({", ".join(SHORT_NAMES)}) nor a config file')
+        try:
+            cfg = classifier_config(spec)
+        except ValueError:
+            raise FileNotFoundError(f'{spec!r} is neither a backbone name (wf-t, wf-s, wf-b, static-t, deit-t, '
+                                    'deit-s, deit-t-relu, ...) nor a config file') from None
+        cfg.pop('num_classes')
+        if cfg['type'] == 'DeiT':
+            cfg['with_cls_token'] = False
+        return cfg
     from mmengine.config import Config
     model = Config.fromfile(spec).model
     return dict(model.get('student', model).backbone)

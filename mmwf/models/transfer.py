@@ -21,9 +21,9 @@ import re
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmengine.logging import print_log
 
+from mmwf.models.utils import resample_grid_tokens
 from mmwf.utils.checkpoint import load_state_dict_file
 
 RECIPES = {
@@ -40,9 +40,7 @@ def resample_pos_embed(pos: torch.Tensor, grid: int) -> torch.Tensor:
     g = int(round((pos.shape[1] - 1) ** 0.5))
     if g * g != pos.shape[1] - 1:
         raise ValueError(f'pos_embed of shape {tuple(pos.shape)} is not a class slot plus a square grid')
-    patches = pos[:, 1:].reshape(1, g, g, -1).permute(0, 3, 1, 2).float()
-    patches = F.interpolate(patches, size=(grid, grid), mode='bicubic', align_corners=False)
-    return torch.cat([pos[:, :1], patches.permute(0, 2, 3, 1).flatten(1, 2).to(pos.dtype)], 1)
+    return torch.cat([pos[:, :1], resample_grid_tokens(pos[:, 1:], g, (grid, grid))], 1)
 
 
 def shape_fits(name: str, src: torch.Size, dst: torch.Size, dim: int) -> bool:
@@ -107,8 +105,8 @@ def transfer_softmax_weights(model: nn.Module, checkpoint: str, recipe: str, cop
     if bad:
         raise ValueError(f'{checkpoint!r} has another DeiT size than this model: {"; ".join(bad[:8])}')
     # TTT's proj reads C + d channels: it is kept whole (its bias too)
-    reshaped = {'attn.proj' in k and k.rsplit('.', 1)[0] for k in selected if k in state
-                and state[k].shape != own[k].shape} - {False}
+    reshaped = {k.rsplit('.', 1)[0] for k in selected
+                if '.attn.proj.' in k and k in state and state[k].shape != own[k].shape}
     report: dict[str, list[str]] = dict(copied=[], partial=[], resampled=[], kept=[], skipped=[])
     used = set()
     with torch.no_grad():
@@ -116,23 +114,24 @@ def transfer_softmax_weights(model: nn.Module, checkpoint: str, recipe: str, cop
             src = state.get(name)
             if name not in selected:
                 report['kept'].append(f'{name} (not in {recipe})')
-            elif src is None:
+                continue
+            if src is None:
                 report['kept'].append(f'{name} (new in this operator)')
-            elif name.rsplit('.', 1)[0] in reshaped:
+                continue
+            if name.rsplit('.', 1)[0] in reshaped:
                 report['kept'].append(f'{name} (checkpoint {tuple(src.shape)} vs {tuple(param.shape)}; the module '
                                       'has another shape)')
                 continue
-            elif src.shape == param.shape:
+            if src.shape == param.shape:
                 param.copy_(src)
                 report['copied'].append(name)
-            elif name == 'pos_embed' and src.dim() == 3 and src.shape[-1] == param.shape[-1]:
+            elif name == 'pos_embed':  # another grid (shape_fits checked the width)
                 param.copy_(resample_pos_embed(src, int(round((param.shape[1] - 1) ** 0.5))))
                 report['resampled'].append(f'{name} ({src.shape[1] - 1} -> {param.shape[1] - 1} patch positions)')
             else:  # qkv of an operator with extra rows (TTT)
                 param[:src.shape[0]].copy_(src)
                 report['partial'].append(f'{name} (rows 0:{src.shape[0]} of {param.shape[0]})')
-            if name in selected and src is not None:
-                used.add(name)
+            used.add(name)
     report['skipped'] = sorted(set(state) - used)
     for kind, names in report.items():
         for name in names:

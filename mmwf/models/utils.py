@@ -5,6 +5,7 @@ from collections.abc import Iterator
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 import torch.utils.checkpoint as cp
 from mmengine.logging import print_log
 
@@ -21,6 +22,13 @@ def run_blocks(blocks: nn.ModuleList, x: torch.Tensor, hw: tuple[int, int],
         else:
             x = block(x, hw)
         yield i, x
+
+
+def resample_grid_tokens(tokens: torch.Tensor, grid: int, hw: tuple[int, int]) -> torch.Tensor:
+    """Tokens (1, grid*grid, C) of a square grid (a position table) -> (1, H*W, C) on ``hw``, bicubic."""
+    x = tokens.reshape(1, grid, grid, -1).permute(0, 3, 1, 2).float()
+    x = F.interpolate(x, size=hw, mode='bicubic', align_corners=False)
+    return x.permute(0, 2, 3, 1).flatten(1, 2).to(tokens.dtype)
 
 
 def _listing(keys: list[str], limit: int = 20) -> str:

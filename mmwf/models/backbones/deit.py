@@ -17,7 +17,7 @@ from mmengine.model import BaseModule
 from timm.layers import DropPath, Mlp
 
 from mmwf.models.transfer import transfer_softmax_weights
-from mmwf.models.utils import StrictPretrainedMixin, run_blocks
+from mmwf.models.utils import StrictPretrainedMixin, resample_grid_tokens, run_blocks
 from mmwf.registry import MODELS
 
 ARCH_SETTINGS = {
@@ -200,10 +200,7 @@ class DeiT(StrictPretrainedMixin, BaseModule):
         pos = self.pos_embed[:, 1:]
         if hw == (self.pretrain_grid, self.pretrain_grid):
             return pos
-        g = self.pretrain_grid
-        pos = pos.reshape(1, g, g, -1).permute(0, 3, 1, 2)
-        pos = F.interpolate(pos, size=hw, mode='bicubic', align_corners=False)
-        return pos.permute(0, 2, 3, 1).flatten(1, 2)
+        return resample_grid_tokens(pos, self.pretrain_grid, hw)
 
     def embed(self, x: torch.Tensor, cls_token: bool) -> tuple[torch.Tensor, tuple[int, int]]:
         """Images -> tokens (B, [1 +] H*W, C) with position embedding, and the grid."""

@@ -67,8 +67,7 @@ class AttentionDistiller(BaseModel):
         if len(backbone.blocks) != len(self.teacher.blocks):
             raise ValueError(f'student has {len(backbone.blocks)} blocks, teacher {len(self.teacher.blocks)}: '
                              'build the teacher with the student\'s arch')
-        windowed = [i for i, b in enumerate([*backbone.blocks, *self.teacher.blocks]) if b.window_size]
-        if windowed:
+        if any(b.window_size for b in [*backbone.blocks, *self.teacher.blocks]):
             raise ValueError('attention distillation compares global token sets: build student and teacher '
                              'without window attention (window_block_indexes=())')
         for p in self.teacher.parameters():
