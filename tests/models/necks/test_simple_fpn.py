@@ -12,7 +12,24 @@ def test_levels_and_strides():
     outs = neck((torch.randn(2, 32, 6, 10),))
     assert [tuple(o.shape) for o in outs] == [(2, 16, 24, 40), (2, 16, 12, 20), (2, 16, 6, 10), (2, 16, 3, 5),
                                               (2, 16, 2, 3)]
+    assert all(o.is_contiguous() for o in outs)
     sum(o.sum() for o in outs).backward()
+
+
+def test_roi_align_sees_the_pyramid_values():
+    """mmcv's RoIAlign reads its input's memory as NCHW: on every level it must give the RoI features of a
+    contiguous copy (a channels-last view from LN2d once scrambled every RoI the cascade heads saw)."""
+    from mmcv.ops import roi_align
+    neck = SimpleFeaturePyramid(32, out_channels=16).eval()
+    with torch.no_grad():
+        outs = neck((torch.randn(2, 32, 8, 8),))
+    rois = torch.tensor([[0, 8.0, 4.0, 60.0, 50.0], [1, 20.0, 30.0, 120.0, 110.0]])
+    for level, out in enumerate(outs):
+        scale = 1 / 2 ** (level + 2)
+        got = roi_align(out, rois, (7, 7), scale, 0, 'avg', True)
+        assert torch.equal(got, roi_align(out.clone(memory_format=torch.contiguous_format), rois, (7, 7), scale, 0,
+                                          'avg', True))
+        assert got.abs().sum() > 0
 
 
 def test_ln2d_is_channel_layernorm():
@@ -22,7 +39,9 @@ def test_ln2d_is_channel_layernorm():
         ln.bias.normal_()
     x = torch.randn(2, 8, 3, 5)
     ref = torch.nn.functional.layer_norm(x.permute(0, 2, 3, 1), (8,), ln.weight, ln.bias, ln.eps).permute(0, 3, 1, 2)
-    assert torch.allclose(ln(x), ref, atol=1e-6)
+    out = ln(x)
+    assert torch.allclose(out, ref, atol=1e-6)
+    assert out.is_contiguous()
 
 
 def test_weightformer_t_with_pyramid_matches_protocol_counts():
