@@ -26,21 +26,21 @@ CLASSES = ('circle', 'square', 'triangle')
 CLASS_COLOURS = np.array([[40, 40, 230], [40, 210, 40], [230, 60, 40]], np.float32)  # BGR: red, green, blue
 
 
-def background(rng: np.random.Generator, size: int) -> np.ndarray:
+def background(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
     """Smooth, muted colour noise plus faint stripes: a texture the model must learn to ignore."""
     coarse = rng.uniform(70, 190, (4, 4, 3)).astype(np.float32)
-    img = cv2.resize(coarse, (size, size), interpolation=cv2.INTER_CUBIC)
-    yy, xx = np.mgrid[0:size, 0:size]
+    img = cv2.resize(coarse, (width, height), interpolation=cv2.INTER_CUBIC)
+    yy, xx = np.mgrid[0:height, 0:width]
     angle, freq = rng.uniform(0, np.pi), rng.uniform(0.05, 0.2)
     stripes = 12 * np.sin(freq * (np.cos(angle) * xx + np.sin(angle) * yy))
     img = img + stripes[..., None] + rng.normal(0, 6, img.shape)
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def shape_polygon(rng: np.random.Generator, cls: int, size: int) -> np.ndarray:
+def shape_polygon(rng: np.random.Generator, cls: int, height: int, width: int) -> np.ndarray:
     """Polygon (K, 2) of one object, inside the image."""
-    r = rng.uniform(0.12, 0.25) * size
-    cx, cy = rng.uniform(r + 2, size - r - 2, 2)
+    r = rng.uniform(0.12, 0.25) * min(height, width)
+    cx, cy = rng.uniform(r + 2, np.array([width, height]) - r - 2)
     if cls == 0:
         angles = np.linspace(0, 2 * np.pi, 32, endpoint=False)
     elif cls == 1:
@@ -50,15 +50,23 @@ def shape_polygon(rng: np.random.Generator, cls: int, size: int) -> np.ndarray:
     return np.stack([cx + r * np.cos(angles), cy + r * np.sin(angles)], 1)
 
 
-def make_image(rng: np.random.Generator, size: int, max_objects: int) -> tuple[np.ndarray, list, np.ndarray]:
-    """An image, its objects [(class, polygon)] and a label map (1 background, 2.. classes)."""
-    img = background(rng, size)
-    labels = np.ones((size, size), np.uint8)
+def image_shape(size: int | tuple[int, int]) -> tuple[int, int]:
+    """(height, width) of a square ``size`` or of a ``(height, width)`` pair."""
+    return (size, size) if isinstance(size, int) else tuple(size)
+
+
+def make_image(rng: np.random.Generator, size: int | tuple[int, int],
+               max_objects: int) -> tuple[np.ndarray, list, np.ndarray]:
+    """An image of ``size`` (square, or (height, width)), its objects [(class, polygon)] and a label map
+    (1 background, 2.. classes)."""
+    height, width = image_shape(size)
+    img = background(rng, height, width)
+    labels = np.ones((height, width), np.uint8)
     objects = []
     for _ in range(rng.integers(1, max_objects + 1)):
         cls = int(rng.integers(len(CLASSES)))
-        poly = shape_polygon(rng, cls, size)
-        mask = np.zeros((size, size), np.uint8)
+        poly = shape_polygon(rng, cls, height, width)
+        mask = np.zeros((height, width), np.uint8)
         cv2.fillPoly(mask, [np.round(poly).astype(np.int32)], 1)
         if (mask.astype(bool) & (labels > 1)).any():
             continue  # keep objects disjoint so polygons and label maps agree exactly
@@ -68,7 +76,7 @@ def make_image(rng: np.random.Generator, size: int, max_objects: int) -> tuple[n
     return img, objects, labels
 
 
-def write_coco(root: str, split: str, count: int, size: int, rng: np.random.Generator) -> None:
+def write_coco(root: str, split: str, count: int, size: int | tuple[int, int], rng: np.random.Generator) -> None:
     os.makedirs(osp.join(root, split), exist_ok=True)
     os.makedirs(osp.join(root, 'annotations'), exist_ok=True)
     images, annotations = [], []
@@ -76,7 +84,8 @@ def write_coco(root: str, split: str, count: int, size: int, rng: np.random.Gene
         img, objects, _ = make_image(rng, size, max_objects=3)
         name = f'{i:05d}.jpg'
         cv2.imwrite(osp.join(root, split, name), img, [cv2.IMWRITE_JPEG_QUALITY, 95])
-        images.append(dict(id=i + 1, file_name=name, width=size, height=size))
+        height, width = image_shape(size)
+        images.append(dict(id=i + 1, file_name=name, width=width, height=height))
         for cls, poly in objects:
             x0, y0 = poly.min(0)
             x1, y1 = poly.max(0)
@@ -89,7 +98,7 @@ def write_coco(root: str, split: str, count: int, size: int, rng: np.random.Gene
         json.dump(dict(images=images, annotations=annotations, categories=categories), f)
 
 
-def write_ade(root: str, split: str, count: int, size: int, rng: np.random.Generator) -> None:
+def write_ade(root: str, split: str, count: int, size: int | tuple[int, int], rng: np.random.Generator) -> None:
     for sub in ('images', 'annotations'):
         os.makedirs(osp.join(root, sub, split), exist_ok=True)
     for i in range(count):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-command set-up of the mmwf stack in ./.venv (see ../shared/docs/environment.md).
+# One-command set-up of the mmwf stack in ./.venv (the README's set-up section says what it does and why).
 # Idempotent: every step is skipped when already satisfied; mmcv is built once and cached outside the repo.
 set -euo pipefail
 

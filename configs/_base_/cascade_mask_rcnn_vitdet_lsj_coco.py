@@ -1,45 +1,65 @@
 # Cascade Mask R-CNN in the ViTDet framework (detectron2 projects/ViTDet, cascade_mask_rcnn_vitdet_b_100ep),
-# rebuilt on mmdet 3.x: one 1/16 backbone map -> SimpleFeaturePyramid, 2-conv RPN, three 4conv1fc cascade
-# box heads and a 4-conv mask head with LN2d, LSJ 1024 x 1024, AdamW + layer-wise lr decay, 100 epochs.
+# rebuilt on mmdet 3.x setting by setting (docs/protocol.md gives each reference line): one 1/16 backbone map ->
+# SimpleFeaturePyramid, 2-conv RPN, three 4conv1fc cascade box heads and one 4-conv mask head with LN2d
+# (ViTDetCascadeRoIHead), L1 box losses, LSJ 1024 x 1024, AdamW + layer-wise lr decay, 100 epochs.
 # A backbone config sets model.backbone, model.neck.in_channels and optim_wrapper.paramwise_cfg.num_layers.
 _base_ = ['mmdet::_base_/models/cascade-mask-rcnn_r50_fpn.py', 'mmdet::common/lsj-100e_coco-instance.py']
 custom_imports = dict(imports=['mmwf'], allow_failed_imports=False)
 
 image_size = (1024, 1024)
-norm_cfg = dict(type='LN2d', requires_grad=True)
-cascade_stds = ([0.1, 0.1, 0.2, 0.2], [0.05, 0.05, 0.1, 0.1], [0.033, 0.033, 0.067, 0.067])
+norm_cfg = dict(type='LN2d', eps=1e-6, requires_grad=True)
+# box-delta stds: the inverse of detectron2's Box2BoxTransform weights (10, 10, 5, 5), (20, 20, 10, 10), (30, 30, 15, 15)
+cascade_stds = ([0.1, 0.1, 0.2, 0.2], [0.05, 0.05, 0.1, 0.1], [1 / 30, 1 / 30, 1 / 15, 1 / 15])
+box_head_init = [  # detectron2: fc c2_xavier_fill (kaiming_uniform, a=1), cls N(0, 0.01), box N(0, 0.001)
+    dict(type='Kaiming', a=1, mode='fan_in', nonlinearity='leaky_relu', distribution='uniform',
+         override=dict(name='shared_fcs')),
+    dict(type='Normal', std=0.01, override=dict(name='fc_cls')),
+    dict(type='Normal', std=0.001, override=dict(name='fc_reg'))]
 
 model = dict(
-    data_preprocessor=dict(batch_augments=[dict(type='BatchFixedSizePad', size=image_size, pad_mask=True)]),
+    # every image, at most 1024 a side, is padded after normalisation with 0 to 1024 x 1024 (square_pad=1024)
+    data_preprocessor=dict(pad_size_divisor=image_size[0], pad_mask=True),
     backbone=dict(_delete_=True),
     neck=dict(_delete_=True, type='SimpleFeaturePyramid', out_channels=256, scale_factors=(4.0, 2.0, 1.0, 0.5),
               num_outs=5),
-    rpn_head=dict(num_convs=2),
+    rpn_head=dict(num_convs=2, loss_bbox=dict(_delete_=True, type='L1Loss', loss_weight=1.0)),
     roi_head=dict(
+        type='ViTDetCascadeRoIHead',
+        stage_loss_weights=[1.0, 1.0, 1.0],
         bbox_head=[
             dict(type='Shared4Conv1FCBBoxHead', in_channels=256, conv_out_channels=256, fc_out_channels=1024,
                  roi_feat_size=7, num_classes=80, norm_cfg=norm_cfg, reg_class_agnostic=True,
                  bbox_coder=dict(type='DeltaXYWHBBoxCoder', target_means=[0.0] * 4, target_stds=stds),
                  loss_cls=dict(type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0),
-                 loss_bbox=dict(type='SmoothL1Loss', beta=1.0, loss_weight=1.0))
+                 loss_bbox=dict(type='L1Loss', loss_weight=1.0), init_cfg=box_head_init)
             for stds in cascade_stds],
-        mask_head=dict(norm_cfg=norm_cfg)))
+        mask_head=dict(norm_cfg=norm_cfg)),
+    train_cfg=dict(
+        rpn=dict(assigner=dict(min_pos_iou=0.0), allowed_border=-1),  # low-quality matches at any IoU; all anchors
+        rpn_proposal=dict(nms_pre=2000, max_per_img=1000),
+        # stage 1 samples 512 RoIs (RPN proposals + ground truth); stages 2-3 take every box stage 1 sampled,
+        # regressed by the previous stage, without sampling or ground truth added
+        rcnn=[dict(assigner=dict(type='MaxIoUAssigner', pos_iou_thr=iou, neg_iou_thr=iou, min_pos_iou=iou,
+                                 match_low_quality=False, ignore_iof_thr=-1),
+                   sampler=dict(type='RandomSampler', num=512, pos_fraction=0.25, neg_pos_ub=-1,
+                                add_gt_as_proposals=True) if iou == 0.5 else dict(type='PseudoSampler'),
+                   mask_size=28, pos_weight=-1, debug=False)
+              for iou in (0.5, 0.6, 0.7)]))
 
 data_root = 'data/coco/'
 train_pipeline = [
     dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True, poly2mask=False),  # polygon masks
     dict(type='RandomFlip', prob=0.5),
     dict(type='RandomResize', scale=image_size, ratio_range=(0.1, 2.0), keep_ratio=True),
     dict(type='RandomCrop', crop_type='absolute_range', crop_size=image_size, recompute_bbox=True,
          allow_negative_crop=True),
-    dict(type='FilterAnnotations', min_gt_bbox_wh=(1e-2, 1e-2)),
+    dict(type='FilterAnnotations', min_gt_bbox_wh=(1e-2, 1e-2), keep_empty=False),  # a crop without objects stays
     dict(type='PackDetInputs'),
 ]
 test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=image_size, keep_ratio=True),
-    dict(type='Pad', size=image_size, pad_val=dict(img=(114, 114, 114))),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
     dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
 ]
@@ -49,7 +69,7 @@ train_dataloader = dict(
     sampler=dict(type='InfiniteSampler', shuffle=True),
     dataset=dict(_delete_=True, type='CocoDataset', data_root=data_root,
                  ann_file='annotations/instances_train2017.json', data_prefix=dict(img='train2017/'),
-                 filter_cfg=dict(filter_empty_gt=True, min_size=32), pipeline=train_pipeline))
+                 filter_cfg=dict(filter_empty_gt=True), pipeline=train_pipeline))
 val_dataloader = dict(dataset=dict(data_root=data_root, pipeline=test_pipeline))
 test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
@@ -60,11 +80,12 @@ train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=max_iters, 
 optim_wrapper = dict(
     _delete_=True, type='AmpOptimWrapper', constructor='LayerDecayOptimWrapperConstructor',
     optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.1),
-    paramwise_cfg=dict(num_layers=12, decay_rate=0.7))
+    paramwise_cfg=dict(num_layers=12, decay_rate=0.7, no_decay='vitdet'))
+# detectron2: linear warm-up from 0.001 over 250 iterations (mmengine reaches the end factor at step end - 1)
 param_scheduler = [
-    dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=250),
+    dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=251),
     dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[163889, 177546], gamma=0.1),
 ]
-default_hooks = dict(logger=dict(interval=50), checkpoint=dict(by_epoch=False, interval=5000, max_keep_ckpts=2))
+default_hooks = dict(logger=dict(interval=20), checkpoint=dict(by_epoch=False, interval=5000, max_keep_ckpts=2))
 log_processor = dict(by_epoch=False)
 auto_scale_lr = dict(enable=False, base_batch_size=64)

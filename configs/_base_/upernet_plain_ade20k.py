@@ -1,6 +1,8 @@
-# UperNet on ADE20K for plain backbones, the BEiT / Vim protocol behind Table 5: 4 maps from 4 evenly spaced
-# blocks -> Feature2Pyramid (x4, x2, x1, x0.5), UPerHead with channels = embed dim, auxiliary FCNHead on the
-# third level, 512 x 512 crops, sliding-window test (stride 341), AdamW + layer-wise lr decay 0.92, 60k iters.
+# UperNet on ADE20K for plain backbones, the BEiT / Vim protocol behind Table 5 (Vim seg/configs/vim/upernet,
+# mmseg 0.x; docs/protocol.md gives each reference line): 4 maps from 4 evenly spaced blocks -> Feature2Pyramid
+# (x4, x2, x1, x0.5), UPerHead with channels = embed dim, auxiliary FCNHead on the third level, 512 x 512 crops,
+# sliding-window test (stride 341), AdamW + layer-wise lr decay 0.92 in fp32, 60k iterations, evaluated every 1k
+# iterations and reported at the best mIoU.
 # A backbone config sets model.backbone, the channels of the neck and heads, and the number of layers.
 _base_ = ['mmseg::_base_/models/upernet_r50.py', 'mmseg::_base_/datasets/ade20k.py',
           'mmseg::_base_/default_runtime.py']
@@ -19,22 +21,25 @@ model = dict(
 
 train_dataloader = dict(batch_size=8)  # x 4 GPUs = 32
 max_iters = 60000
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=6000)
+train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=1000)
 val_cfg = dict(type='ValLoop')
 test_cfg = dict(type='TestLoop')
 optim_wrapper = dict(
-    type='AmpOptimWrapper', constructor='LayerDecayOptimWrapperConstructor',
+    type='OptimWrapper', constructor='LayerDecayOptimWrapperConstructor',  # fp32: Vim trains with use_fp16=False
     optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
-    paramwise_cfg=dict(num_layers=12, decay_rate=0.92))
+    paramwise_cfg=dict(num_layers=12, decay_rate=0.92, no_decay='beit'))
+# mmcv 1.x's poly policy with linear warm-up: lr = (1 - t / 60000) * (1e-6 + (1 - 1e-6) * t / 1500 while t < 1500);
+# mmengine's schedulers reach their end value at step end - 1, hence 1501 and max_iters + 1
 param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500),
-    dict(type='PolyLR', power=1.0, eta_min=0.0, by_epoch=False, begin=1500, end=max_iters),
+    dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1501),
+    dict(type='PolyLR', power=1.0, eta_min=0.0, by_epoch=False, begin=0, end=max_iters + 1),
 ]
 default_hooks = dict(
     timer=dict(type='IterTimerHook'),
     logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
     param_scheduler=dict(type='ParamSchedulerHook'),
-    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=6000, max_keep_ckpts=2),
+    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=1000, max_keep_ckpts=4, save_best='mIoU',
+                    rule='greater'),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='SegVisualizationHook'))
 log_processor = dict(by_epoch=False)

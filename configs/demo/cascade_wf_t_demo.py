@@ -7,44 +7,32 @@ image_size = (128, 128)
 data_root = 'data/demo/coco/'
 metainfo = dict(classes=('circle', 'square', 'triangle'))
 num_classes = 3
-cascade_stds = ([0.1, 0.1, 0.2, 0.2], [0.05, 0.05, 0.1, 0.1], [0.033, 0.033, 0.067, 0.067])
 model = dict(
-    data_preprocessor=dict(batch_augments=[dict(type='BatchFixedSizePad', size=image_size, pad_mask=True)]),
+    data_preprocessor=dict(pad_size_divisor=image_size[0]),
     backbone=dict(init_cfg=None, drop_path_rate=0.0),
     roi_head=dict(
-        bbox_head=[
-            dict(type='Shared4Conv1FCBBoxHead', in_channels=256, conv_out_channels=256, fc_out_channels=1024,
-                 roi_feat_size=7, num_classes=num_classes, norm_cfg=dict(type='LN2d', requires_grad=True),
-                 reg_class_agnostic=True,
-                 bbox_coder=dict(type='DeltaXYWHBBoxCoder', target_means=[0.0] * 4, target_stds=stds),
-                 loss_cls=dict(type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0),
-                 loss_bbox=dict(type='SmoothL1Loss', beta=1.0, loss_weight=1.0))
-            for stds in cascade_stds],
+        bbox_head=[dict(head, num_classes=num_classes) for head in _base_.model.roi_head.bbox_head],
         mask_head=dict(num_classes=num_classes)),
     train_cfg=dict(
         rpn=dict(sampler=dict(num=128)),
         rpn_proposal=dict(nms_pre=200, max_per_img=64),
-        rcnn=[dict(assigner=dict(pos_iou_thr=t, neg_iou_thr=t, min_pos_iou=t, type='MaxIoUAssigner',
-                                 match_low_quality=False, ignore_iof_thr=-1),
-                   sampler=dict(type='RandomSampler', num=16, pos_fraction=0.25, neg_pos_ub=-1,
-                                add_gt_as_proposals=True),
-                   mask_size=28, pos_weight=-1, debug=False) for t in (0.5, 0.6, 0.7)]),
+        rcnn=[dict(_base_.model.train_cfg.rcnn[0], sampler=dict(_base_.model.train_cfg.rcnn[0].sampler, num=16)),
+              *_base_.model.train_cfg.rcnn[1:]]),
     test_cfg=dict(rpn=dict(nms_pre=300, max_per_img=100)))
 
 train_pipeline = [
     dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True, poly2mask=False),
     dict(type='RandomFlip', prob=0.5),
     dict(type='RandomResize', scale=image_size, ratio_range=(0.8, 1.25), keep_ratio=True),
     dict(type='RandomCrop', crop_type='absolute_range', crop_size=image_size, recompute_bbox=True,
          allow_negative_crop=True),
-    dict(type='FilterAnnotations', min_gt_bbox_wh=(1e-2, 1e-2)),
+    dict(type='FilterAnnotations', min_gt_bbox_wh=(1e-2, 1e-2), keep_empty=False),
     dict(type='PackDetInputs'),
 ]
 test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=image_size, keep_ratio=True),
-    dict(type='Pad', size=image_size, pad_val=dict(img=(114, 114, 114))),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
     dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
 ]

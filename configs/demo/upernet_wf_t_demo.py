@@ -47,7 +47,7 @@ train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
 optim_wrapper = dict(type='OptimWrapper', optimizer=dict(lr=4e-4), paramwise_cfg=dict(decay_rate=1.0))
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=20),
-    dict(type='PolyLR', power=1.0, eta_min=0.0, by_epoch=False, begin=20, end=max_iters),
+    dict(type='PolyLR', power=1.0, eta_min=0.0, by_epoch=False, begin=0, end=max_iters),
 ]
 default_hooks = dict(logger=dict(interval=20), checkpoint=dict(interval=max_iters))
 env_cfg = dict(mp_cfg=dict(mp_start_method='fork', opencv_num_threads=1))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-# package -> (lowest supported, first unsupported); see ../shared/docs/environment.md
+# package -> (lowest supported, first unsupported): the stack tools/install.sh sets up
 SUPPORTED = {
     'torch': ('2.6.0', '3.0.0'),
     'mmengine': ('0.10.0', '0.11.0'),

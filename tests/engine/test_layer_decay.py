@@ -17,12 +17,12 @@ class Detector(nn.Module):
         self.neck = SimpleFeaturePyramid(32, 16)
 
 
-def build(model, scope='mmdet', decay=0.7, layers=5):
+def build(model, scope='mmdet', decay=0.7, layers=5, **paramwise):
     import_module(f'{scope}.registry')
     init_default_scope(scope)  # lookups now start in the project's child registries
     cfg = dict(type='OptimWrapper', constructor='LayerDecayOptimWrapperConstructor',
                optimizer=dict(type='AdamW', lr=1.0, weight_decay=0.1),
-               paramwise_cfg=dict(num_layers=layers, decay_rate=decay))
+               paramwise_cfg=dict(num_layers=layers, decay_rate=decay, **paramwise))
     return build_optim_wrapper(model, cfg).optimizer
 
 
@@ -72,3 +72,35 @@ def test_distilled_student_keeps_its_layer_ids_and_frozen_teacher_is_left_out():
     assert groups['student.backbone.blocks.0.attn.qkv.weight'] == (pytest.approx(0.9 ** 3), 0.1)
     assert groups['student.neck.stages.0.0.weight'] == (pytest.approx(1.0), 0.1)
     assert not [n for n in groups if n.startswith('teacher.')]
+
+
+def deit_detector():
+    return Detector(DeiT(dict(embed_dims=32, depth=3, num_heads=2, mlp_ratio=2)))
+
+
+def test_vitdet_rule_exempts_the_backbone_norms_and_pos_embed_only():
+    """detectron2: torch norm layers (only the backbone's in ViTDet) and pos_embed; LN2d and biases decayed."""
+    model = deit_detector()
+    groups = lookup(build(model, layers=3, no_decay='vitdet'), model)
+    no_wd = {n for n, (_, wd) in groups.items() if wd == 0.0}
+    assert no_wd == {n for n in groups if n.startswith('backbone.') and '.norm' in n} | {'backbone.pos_embed'}
+    assert groups['backbone.blocks.0.attn.qkv.bias'][1] == 0.1
+    assert groups['neck.stages.0.1.weight'][1] == 0.1  # LN2d of the pyramid
+
+
+def test_beit_rule_exempts_every_1d_parameter_and_bias():
+    """BEiT / Vim segmentation: 1-D tensors and biases, wherever they are; pos_embed is decayed (3-D)."""
+    model = deit_detector()
+    groups = lookup(build(model, 'mmseg', decay=0.9, layers=3, no_decay='beit'), model)
+    for name in ('backbone.blocks.0.norm1.weight', 'backbone.blocks.0.attn.qkv.bias', 'backbone.norm.bias',
+                 'neck.stages.0.1.weight', 'neck.stages.0.0.bias'):
+        assert groups[name][1] == 0.0, name
+    for name in ('backbone.patch_embed.proj.weight', 'backbone.blocks.2.mlp.fc1.weight', 'backbone.cls_token',
+                 'neck.stages.0.0.weight'):
+        assert groups[name][1] == 0.1, name
+    assert groups['backbone.pos_embed'] == (pytest.approx(0.9 ** 4), 0.1)
+
+
+def test_unknown_no_decay_rule_is_named():
+    with pytest.raises(ValueError, match="no_decay='detectron'.*'beit', 'norms', 'vitdet'"):
+        build(deit_detector(), layers=3, no_decay='detectron')

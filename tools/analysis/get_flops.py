@@ -1,5 +1,5 @@
 """Params and FLOPs (multiply-accumulates) of an mmdet / mmseg config: backbone, backbone + neck (the
-paper's "backbone" convention, dense_protocol.md) and the whole model, as a markdown table; or of an ImageNet
+paper's "backbone" convention, docs/protocol.md) and the whole model, as a markdown table; or of an ImageNet
 classifier given by name (Table 3): ``wf-{t,s,b}``, ``static-t``, ``deit-{t,s,b}`` and the linear-attention
 DeiTs ``deit-{t,s,b}-{elu,relu,inline,mhla,ttt}``.
 
@@ -12,8 +12,10 @@ An AttentionDistiller config is counted without its teacher (training only).
 
 FLOPs are counted in the released evaluation order of WeightFormer's Bilateral update (as the paper did);
 ``--our-order`` counts the order mmwf runs (cheaper at high resolution). The whole detector is counted on
-its inference path: the cascade box heads on the RPN proposals (``test_cfg.rpn.max_per_img``), the mask
-heads on the kept detections (``test_cfg.rcnn.max_per_img``, score threshold 0 since the weights are random).
+its inference path: the cascade box heads on the RPN proposals (``test_cfg.rpn.max_per_img``), the mask head
+on ``--detections`` kept detections (default ``test_cfg.rcnn.max_per_img``, 100; the weights are random, so the
+score threshold is lowered to keep that many). The paper's totals (Table 4) match ``--detections 0``: backbone,
+pyramid, RPN and the three box heads on 1000 proposals, no mask head.
 """
 from __future__ import annotations
 
@@ -84,14 +86,18 @@ def det_samples(shape: tuple[int, int]) -> list:
                                         batch_input_shape=shape))]
 
 
-def count(config: str, shape: tuple[int, int], our_order: bool) -> dict[str, tuple[float, float]]:
-    """{part: (params M, GFLOPs)} for backbone, backbone+neck and the whole model."""
+def count(config: str, shape: tuple[int, int], our_order: bool,
+          detections: int | None = None) -> dict[str, tuple[float, float]]:
+    """{part: (params M, GFLOPs)} for backbone, backbone+neck and the whole model; a detector keeps
+    ``detections`` boxes for its mask head (default: its ``test_cfg.rcnn.max_per_img``)."""
     cfg = Config.fromfile(config)
     adapt_to_device(cfg)
     model_cfg = cfg.model.get('student', cfg.model)  # AttentionDistiller: the teacher is training-only
     model_cfg.backbone.pop('init_cfg', None)
-    if cfg.default_scope == 'mmdet':  # random weights: keep every detection, as many as a trained model keeps
-        model_cfg.test_cfg.rcnn.score_thr = 0.0
+    if cfg.default_scope == 'mmdet':  # random weights: keep as many detections as asked (0: none pass 1.1)
+        rcnn = model_cfg.test_cfg.rcnn
+        rcnn.score_thr = 1.1 if detections == 0 else 0.0
+        rcnn.max_per_img = detections or rcnn.max_per_img
     init_default_scope(cfg.default_scope)
     model = import_module(f'{cfg.default_scope}.registry').MODELS.build(model_cfg).eval()
     samples = det_samples(shape) if cfg.default_scope == 'mmdet' else None
@@ -118,6 +124,8 @@ def main() -> None:
     parser.add_argument('--shape', type=int, nargs=2, help='input H W (default: 1024 for mmdet, 512 for mmseg)')
     parser.add_argument('--paper', action='store_true', help='put the paper rows beside ours')
     parser.add_argument('--our-order', action='store_true', help="count mmwf's evaluation order")
+    parser.add_argument('--detections', type=int, help='detections the mask head runs on (default: the '
+                        "config's test_cfg.rcnn.max_per_img; 0 counts the paper's Table 4 totals)")
     args = parser.parse_args()
     header = '| config | input | part | params (M) | GFLOPs |' + (' paper |' if args.paper else '')
     print(header)
@@ -136,7 +144,7 @@ def main() -> None:
         shape = tuple(args.shape) if args.shape else ((1024, 1024) if scope == 'mmdet' else (512, 512))
         name = osp.splitext(osp.basename(config))[0]
         paper = PAPER.get(name, (None, None, None))
-        for part, (params, flops) in count(config, shape, args.our_order).items():
+        for part, (params, flops) in count(config, shape, args.our_order, args.detections).items():
             row = f'| {name} | {shape[0]}x{shape[1]} | {part} | {params:.2f} | {flops:.1f} |'
             if args.paper:
                 ref = {'backbone+neck': paper[2], 'whole': paper[1]}.get(part)

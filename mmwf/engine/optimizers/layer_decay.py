@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import torch.nn as nn
 from mmengine.logging import print_log
@@ -9,28 +10,61 @@ from mmengine.optim import DefaultOptimWrapperConstructor
 
 from mmwf.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
-NORMS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)
+NORMS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm,
+         nn.LocalResponseNorm)
+
+
+def norm_params(module: nn.Module) -> set[int]:
+    """ids of the parameters of every torch norm layer in ``module`` (LN2d included: it is an nn.LayerNorm)."""
+    return {id(p) for m in module.modules() if isinstance(m, NORMS) for p in m.parameters(recurse=False)}
+
+
+def named(module: nn.Module, *names: str) -> set[int]:
+    """ids of the parameters whose own name (the last part) is one of ``names``."""
+    return {id(p) for n, p in module.named_parameters() if n.rsplit('.', 1)[-1] in names}
+
+
+def task_backbone(module: nn.Module) -> nn.Module:
+    """The backbone of a detector / segmentor, inside an ``AttentionDistiller`` or not."""
+    backbone = getattr(getattr(module, 'student', module), 'backbone', None)
+    if backbone is None:
+        raise ValueError(f"no_decay='vitdet' needs a model with a backbone; {type(module).__name__} has none")
+    return backbone
+
+
+# which parameters get no weight decay: each rule maps the model to the ids of those parameters
+NO_DECAY_RULES: dict[str, Callable[[nn.Module], set[int]]] = {
+    # every norm layer and the position embedding and class token (mmwf's default)
+    'norms': lambda m: norm_params(m) | named(m, 'pos_embed', 'cls_token'),
+    # detectron2's ViTDet: torch norm layers (weight_decay_norm=0) and pos_embed; its LN2d in the pyramid and the
+    # heads is not a torch norm, and biases are decayed, so only the backbone's norms are exempt
+    'vitdet': lambda m: norm_params(task_backbone(m)) | named(m, 'pos_embed'),
+    # BEiT's / Vim's seg constructor: every 1-D parameter and every bias (its pos_embed / cls_token test compares
+    # the full name 'backbone.pos_embed' with 'pos_embed' and never matches, so those are decayed)
+    'beit': lambda m: {id(p) for n, p in m.named_parameters() if p.ndim == 1 or n.endswith('.bias')},
+}
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
 class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
-    """Per-parameter lr = base_lr * decay_rate ** (num_layers + 1 - layer_id); no weight decay on norms and
-    position embeddings.
+    """Per-parameter lr = base_lr * decay_rate ** (num_layers + 1 - layer_id), and no weight decay on the
+    parameters a named rule selects.
 
     Layer ids: 0 for the backbone stem (``patch_embed``, ``init_norm``, ``pos_embed``, ``cls_token``),
     i + 1 for ``backbone.blocks.{i}``, num_layers + 1 for everything else (the backbone's final norm, the
     neck and the heads); a ``student.`` prefix (``AttentionDistiller``) is ignored. ``paramwise_cfg``:
 
-    - ``num_layers``: blocks of the backbone (WeightFormer 17, DeiT 12).
-    - ``decay_rate``: e.g. 0.7 (ViTDet detection), 0.92 (UperNet segmentation).
-    - ``no_decay_names``: parameter-name fragments without weight decay, besides norms
-      (default ``('pos_embed', 'cls_token')``).
+    - ``num_layers`` (int): blocks of the backbone (WeightFormer 17, DeiT 12).
+    - ``decay_rate`` (float): e.g. 0.7 (ViTDet detection), 0.92 (UperNet segmentation).
+    - ``no_decay`` (str): which parameters have no weight decay: ``'norms'`` (every norm layer, ``pos_embed``
+      and ``cls_token``), ``'vitdet'`` (detectron2 ViTDet: the backbone's norm layers and ``pos_embed``) or
+      ``'beit'`` (BEiT / Vim segmentation: every 1-D parameter and bias). Defaults to ``'norms'``.
 
     Usage (any MMLab project, after ``custom_imports = dict(imports=['mmwf'])``)::
 
         optim_wrapper = dict(type='OptimWrapper', constructor='LayerDecayOptimWrapperConstructor',
                              optimizer=dict(type='AdamW', lr=1e-4, weight_decay=0.1),
-                             paramwise_cfg=dict(num_layers=17, decay_rate=0.7))
+                             paramwise_cfg=dict(num_layers=17, decay_rate=0.7, no_decay='vitdet'))
     """
 
     STEM = ('patch_embed', 'init_norm', 'pos_embed', 'cls_token')
@@ -51,14 +85,16 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
             raise ValueError('LayerDecayOptimWrapperConstructor needs paramwise_cfg=dict(num_layers=..., '
                              'decay_rate=...)')
         num_layers, decay = cfg['num_layers'], cfg['decay_rate']
-        no_decay_names = tuple(cfg.get('no_decay_names', ('pos_embed', 'cls_token')))
-        norm_params = {id(p) for m in module.modules() if isinstance(m, NORMS) for p in m.parameters(False)}
+        rule = cfg.get('no_decay', 'norms')
+        if rule not in NO_DECAY_RULES:
+            raise ValueError(f'paramwise_cfg.no_decay={rule!r} is not a rule; choose from {sorted(NO_DECAY_RULES)}')
+        no_decay = NO_DECAY_RULES[rule](module)
         groups: dict[tuple[int, bool], dict] = {}
         for name, param in module.named_parameters():
             if not param.requires_grad:
                 continue
             lid = self.layer_id(name, num_layers)
-            no_wd = id(param) in norm_params or any(n in name for n in no_decay_names)
+            no_wd = id(param) in no_decay
             group = groups.setdefault((lid, no_wd), dict(
                 params=[], lr=self.base_lr * decay ** (num_layers + 1 - lid),
                 weight_decay=0.0 if no_wd else self.base_wd))

@@ -1,6 +1,6 @@
 """WeightFormer: global visual modelling by dynamically predicted weights instead of attention.
 
-He et al., "Linear-Time Global Visual Modeling without Explicit Attention" (shared/seeds/000_*). The
+He, Han and Huang, "Linear-Time Global Visual Modeling without Explicit Attention" (Tsinghua University). The
 default settings reproduce the released ImageNet models exactly (checkpoint keys included); the paper's
 Table 1 strategy space is reachable through ``dynamic_linear``, ``dynamic_dwc``, ``dynamic_mlp`` and
 ``dynamic_blocks``.

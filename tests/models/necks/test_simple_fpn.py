@@ -45,7 +45,7 @@ def test_ln2d_is_channel_layernorm():
 
 
 def test_weightformer_t_with_pyramid_matches_protocol_counts():
-    """dense_protocol.md: WF-T + SimpleFPN = 9.55M params, 77G at 1024 x 1024 (77.4G counted on the
+    """docs/protocol.md: WF-T + SimpleFPN = 9.55M params, 77G at 1024 x 1024 (77.4G counted on the
     released network; ours evaluates the Bilateral update in the cheaper order at this size)."""
     model = torch.nn.Sequential(WeightFormer('t'), SimpleFeaturePyramid(192)).eval()
     assert sum(p.numel() for p in model.parameters()) == pytest.approx(9.55e6, rel=1e-3)
