@@ -88,4 +88,5 @@ param_scheduler = [
 ]
 default_hooks = dict(logger=dict(interval=20), checkpoint=dict(by_epoch=False, interval=5000, max_keep_ckpts=2))
 log_processor = dict(by_epoch=False)
+custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf loss, naming the terms
 auto_scale_lr = dict(enable=False, base_batch_size=64)

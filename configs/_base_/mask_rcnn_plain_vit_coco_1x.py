@@ -18,3 +18,4 @@ optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
     paramwise_cfg=dict(num_layers=12, decay_rate=0.7),
     clip_grad=dict(max_norm=1.0, norm_type=2))
+custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf loss, naming the terms

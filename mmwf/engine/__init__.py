@@ -1,3 +1,3 @@
-from . import optimizers
+from . import hooks, optimizers
 
-__all__ = ['optimizers']
+__all__ = ['hooks', 'optimizers']

@@ -1,7 +1,7 @@
 """Helpers shared by our backbones: running blocks, strict checkpoint loading."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn as nn
@@ -22,6 +22,52 @@ def run_blocks(blocks: nn.ModuleList, x: torch.Tensor, hw: tuple[int, int],
         else:
             x = block(x, hw)
         yield i, x
+
+
+def resolve_arch(arch: str | dict, table: dict[str, dict], name: str) -> dict:
+    """An ``arch`` of a backbone's table (by name) or a custom dict with the same keys."""
+    keys = sorted(next(iter(table.values())))
+    if isinstance(arch, str):
+        if arch.lower() not in table:
+            raise ValueError(f'unknown {name} arch {arch!r}; choose from {sorted(table)} or pass a dict with '
+                             f'{", ".join(keys)}')
+        return table[arch.lower()]
+    missing = sorted(set(keys) - set(arch))
+    if missing:
+        raise ValueError(f'custom {name} arch {dict(arch)} lacks {missing}; a custom arch needs {", ".join(keys)}, '
+                         f'e.g. {table[next(iter(table))]}')
+    return arch
+
+
+def resolve_out_indices(out_indices: int | Sequence[int], depth: int, name: str) -> list[int]:
+    """``out_indices`` as block indices in [0, depth) (negative ones count from the end); out of range is an
+    error, not a silent wrap-around."""
+    indices = [out_indices] if isinstance(out_indices, int) else list(out_indices)
+    bad = [i for i in indices if not -depth <= i < depth]
+    if bad:
+        raise ValueError(f'out_indices {bad} out of range for a {name} of {depth} blocks: use 0..{depth - 1} '
+                         f'(or -{depth}..-1 from the end)')
+    return [i % depth for i in indices]
+
+
+def image_grid(x: torch.Tensor, stem: nn.Conv2d, min_grid: int, name: str) -> tuple[int, int]:
+    """The patch grid (H/p, W/p) of images ``x`` (B, C, H, W) for a backbone whose stem is ``stem`` (a conv with
+    kernel = stride = p); a clear error when the batch is not images the stem can take."""
+    p = stem.stride[0]
+    if x.dim() != 4 or x.shape[1] != stem.in_channels:
+        raise ValueError(f'{name} needs images (B, {stem.in_channels}, H, W); got a tensor of shape '
+                         f'{tuple(x.shape)}. Add the batch dimension or convert the images to '
+                         f'{stem.in_channels} channels.')
+    h, w = x.shape[-2] // p, x.shape[-1] // p
+    if h < min_grid or w < min_grid:
+        raise ValueError(f'{name} needs images with H, W >= {min_grid * p} ({min_grid} x {min_grid} patches of {p}); '
+                         f'got shape {tuple(x.shape)}. Resize or pad the input.')
+    dtype = stem.weight.dtype
+    if x.dtype != dtype and not (x.is_floating_point() and torch.is_autocast_enabled(x.device.type)):
+        raise ValueError(f'{name} has {dtype} weights but got {x.dtype} images. Normalise the images to floats '
+                         f'of the weights\' dtype, or run under mixed precision (torch.autocast; in a config '
+                         "optim_wrapper.type='AmpOptimWrapper') instead of casting the input.")
+    return h, w
 
 
 def resample_grid_tokens(tokens: torch.Tensor, grid: int, hw: tuple[int, int]) -> torch.Tensor:

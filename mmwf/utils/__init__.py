@@ -1,5 +1,7 @@
 from . import stack
 from .checkpoint import (
+                         CheckpointError,
+                         UnsafeCheckpointError,
                          enable_safe_mmengine_checkpoints,
                          load_state_dict_file,
                          load_weights_only,
@@ -15,6 +17,7 @@ from .setup_env import (
 )
 from .stack import StackError, check_stack, stack_problems
 
-__all__ = ['add_runner_args', 'build_runner', 'adapt_to_device', 'check_dataset_paths', 'init_cpu_distributed',
-           'load_tool_config', 'stack', 'check_stack', 'stack_problems', 'StackError',
-           'enable_safe_mmengine_checkpoints', 'load_state_dict_file', 'load_weights_only', 'safe_checkpoint_globals']
+__all__ = ['CheckpointError', 'UnsafeCheckpointError', 'add_runner_args', 'build_runner', 'adapt_to_device',
+           'check_dataset_paths', 'init_cpu_distributed', 'load_tool_config', 'stack', 'check_stack', 'stack_problems',
+           'StackError', 'enable_safe_mmengine_checkpoints', 'load_state_dict_file', 'load_weights_only',
+           'safe_checkpoint_globals']

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import warnings
 from pathlib import Path
 
 from packaging.version import Version
@@ -63,9 +64,13 @@ def stack_problems(require_mmcv_ops: bool = False) -> list[str]:
     return problems
 
 
-def check_stack(require_mmcv_ops: bool = False) -> None:
-    """Raise :class:`StackError` naming every problem with the stack and the one command that fixes it."""
+def check_stack(require_mmcv_ops: bool = False, warn: bool = False) -> None:
+    """Raise :class:`StackError` (or, with ``warn``, warn) naming every problem with the stack and the one command
+    that fixes it. ``import mmwf`` warns; the train / test tools raise."""
     problems = stack_problems(require_mmcv_ops)
     if problems:
         lines = '\n'.join(f'  - {p}' for p in problems)
-        raise StackError(f'mmwf cannot run on this software stack:\n{lines}\n{FIX}')
+        message = f'mmwf cannot run on this software stack:\n{lines}\n{FIX}'
+        if not warn:
+            raise StackError(message)
+        warnings.warn(message, stacklevel=2)

@@ -60,6 +60,11 @@ def test_config_builds(path):
     assert cfg.custom_imports == dict(imports=['mmwf'], allow_failed_imports=False)
 
 
+@pytest.mark.parametrize('path', REAL + DEMO + LINEAR, ids=lambda p: Path(p).stem)
+def test_every_config_stops_on_a_non_finite_loss(path):
+    assert dict(type='NonFiniteLossHook') in Config.fromfile(path).custom_hooks
+
+
 def det_batch(model, size, train):
     from mmdet.testing import demo_mm_inputs
     packed = demo_mm_inputs(batch_size=2, image_shapes=[(3, size, size - 32), (3, size - 16, size)],

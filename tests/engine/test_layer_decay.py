@@ -55,12 +55,22 @@ def test_deit_position_embedding_has_no_weight_decay():
     assert groups['backbone.blocks.2.attn.qkv.weight'] == (pytest.approx(0.9), 0.1)
 
 
-def test_missing_settings_are_named():
-    with pytest.raises(ValueError, match='num_layers'):
-        init_default_scope('mmdet')
-        build_optim_wrapper(Detector(WeightFormer(dict(embed_dims=32, depth=2, mlp_ratio=2))),
-                            dict(constructor='LayerDecayOptimWrapperConstructor',
-                                 optimizer=dict(type='AdamW', lr=1.0), paramwise_cfg=dict(decay_rate=0.7)))
+def test_num_layers_defaults_to_the_backbone_and_a_wrong_count_is_refused():
+    model = Detector(WeightFormer(dict(embed_dims=32, depth=4, mlp_ratio=2)))
+    init_default_scope('mmdet')
+    cfg = dict(constructor='LayerDecayOptimWrapperConstructor', optimizer=dict(type='AdamW', lr=1.0),
+               paramwise_cfg=dict(decay_rate=0.5))
+    groups = lookup(build_optim_wrapper(model, cfg).optimizer, model)
+    assert groups['backbone.patch_embed.proj.weight'][0] == pytest.approx(0.5 ** 5)  # num_layers = 4 blocks
+    with pytest.raises(ValueError, match=r'num_layers=2 but the backbone \(WeightFormer\) has 4 blocks: the last '
+                                         r'2 blocks would train at up to 2x the base lr. Set num_layers=4 or leave'):
+        build(model, layers=2, decay=0.5)
+    with pytest.raises(ValueError, match='num_layers=6 .* 2 extra decay steps'):
+        build(model, layers=6)
+    with pytest.raises(ValueError, match=r"keys \['layer_decay_rate'\] are not implemented.*num_layers, decay_rate"):
+        build(model, layers=4, layer_decay_rate=0.9)
+    with pytest.raises(ValueError, match=r'decay_rate must be a number in \(0, 1\]'):
+        build(model, layers=4, decay=1.5)
 
 
 def test_distilled_student_keeps_its_layer_ids_and_frozen_teacher_is_left_out():

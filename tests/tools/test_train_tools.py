@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from mmengine.config import Config
 
 from mmwf.models.backbones import WeightFormer
@@ -101,3 +102,54 @@ def test_distillation_demo_loss_falls(demo_data, tmp_path):
     assert 0 < last < first
     log = (tmp_path / 'distill-seg' / 'train.log').read_text()
     assert 'transfer copy: copied blocks.11.attn.qkv.weight' in log
+
+
+def lr_by_iter(work_dir: Path) -> dict[int, float]:
+    """{iteration: lr} from the scalars.json files of every run in ``work_dir`` (logger interval 1)."""
+    out = {}
+    for scalars in sorted(work_dir.glob('*/vis_data/scalars.json')):
+        for line in scalars.read_text().splitlines():
+            row = json.loads(line)
+            if 'lr' in row and 'iter' in row:
+                out[row['iter']] = row['lr']
+    return out
+
+
+@pytest.mark.slow
+def test_killed_training_resumes_from_its_last_checkpoint(demo_data, tmp_path):
+    """SIGKILL a demo training after its first checkpoint; --resume continues from that iteration to the end with
+    the optimizer and the lr schedule restored (the lr of every resumed iteration equals an uninterrupted run's)."""
+    import signal
+    import time
+    root = demo_data / 'ade'
+    cmd = [sys.executable, 'tools/train.py', 'configs/demo/upernet_wf_t_demo.py', '--cfg-options',
+           'train_cfg.max_iters=12', 'train_cfg.val_interval=12', 'default_hooks.checkpoint.interval=4',
+           'default_hooks.logger.interval=1', f'train_dataloader.dataset.data_root={root}',
+           f'val_dataloader.dataset.data_root={root}', 'train_dataloader.batch_size=2']
+    whole = run(cmd + ['--work-dir', str(tmp_path / 'whole')], timeout=600)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+
+    work = tmp_path / 'killed'
+    env = dict(os.environ, OMP_NUM_THREADS='1')
+    proc = subprocess.Popen(cmd + ['--work-dir', str(work)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (work / 'last_checkpoint').exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, 'the run ended before it could be killed'
+    resumed_from = int(Path((work / 'last_checkpoint').read_text().strip()).stem.split('_')[1])
+    assert 4 <= resumed_from < 12
+
+    resumed = run(cmd + ['--work-dir', str(work), '--resume'], timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f'resumed epoch: 0, iter: {resumed_from}' in (resumed.stdout + resumed.stderr)
+    final = torch.load(work / 'iter_12.pth', weights_only=True)
+    assert final['meta']['iter'] == 12
+    steps = {int(s['step']) for s in final['optimizer']['state'].values()}
+    assert steps == {12}  # AdamW's step count went on from the checkpoint's, not from 0
+    expected, got = lr_by_iter(tmp_path / 'whole'), lr_by_iter(work)
+    assert set(range(resumed_from + 1, 13)) <= got.keys()
+    for it in range(resumed_from + 1, 13):
+        assert got[it] == pytest.approx(expected[it], rel=1e-9), it

@@ -9,7 +9,13 @@ from mmengine.model import BaseModel
 from mmengine.runner import CheckpointLoader, Runner
 
 import mmwf  # noqa: F401  (makes mmengine checkpoints load weights-only)
-from mmwf.utils import load_state_dict_file, load_weights_only
+from mmwf.utils import (
+    UnsafeCheckpointError,
+    enable_safe_mmengine_checkpoints,
+    load_state_dict_file,
+    load_weights_only,
+    safe_checkpoint_globals,
+)
 
 
 class ToyModel(BaseModel):
@@ -90,9 +96,9 @@ def test_checkpoint_that_runs_code_is_refused(tmp_path):
     with open(path, 'wb') as f:
         torch.save({'state_dict': {'w': torch.zeros(1)}, 'x': Evil(str(marker))}, f,
                    pickle_protocol=pickle.HIGHEST_PROTOCOL)
-    with pytest.raises(pickle.UnpicklingError):
-        CheckpointLoader.load_checkpoint(str(path), map_location='cpu')
-    with pytest.raises(RuntimeError, match='weights-only loading refuses'):
+    with pytest.raises(UnsafeCheckpointError, match='evil.pth.*weights-only loading refuses.*--trust-source'):
+        CheckpointLoader.load_checkpoint(str(path), map_location='cpu')  # mmengine's path: resume, load_from
+    with pytest.raises(UnsafeCheckpointError, match='weights-only loading refuses'):
         load_weights_only(str(path))
     assert not marker.exists()
 
@@ -124,10 +130,59 @@ def test_state_dict_unwrapping(tmp_path):
         assert torch.equal(load_state_dict_file(str(path))['a'], sd['a'])
 
 
-def test_no_weights_only_override_is_refused(monkeypatch):
-    from mmwf.utils import enable_safe_mmengine_checkpoints
-    monkeypatch.setenv('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
-    with pytest.raises(RuntimeError, match='TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'):
+def test_no_weights_only_override_warns_at_import_and_loading_stays_weights_only(monkeypatch, tmp_path):
+    """TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD does not break ``import mmwf``; every load still refuses code."""
+    import subprocess
+    import sys
+    marker, path = tmp_path / 'pwned', tmp_path / 'evil.pth'
+    torch.save({'x': Evil(str(marker))}, path)
+    script = ('import mmwf\nfrom mmengine.runner import CheckpointLoader\n'
+              f'CheckpointLoader.load_checkpoint({str(path)!r})')
+    res = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                         env=dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD='1'))
+    assert 'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set' in res.stderr
+    assert res.returncode != 0 and 'UnsafeCheckpointError' in res.stderr and not marker.exists()
+
+
+def test_mmengine_checkpoint_with_an_empty_history_buffer_loads(tmp_path):
+    """Pickle protocol 2 writes a zero-size array's data as ``bytes()``: allowed, it can only make bytes."""
+    import numpy as np
+    from mmengine.logging import HistoryBuffer
+    loss = HistoryBuffer()
+    loss.update(1.0)
+    scalars = {'train/loss': loss, 'val/mIoU': HistoryBuffer()}  # never updated: zero-size arrays
+    path = tmp_path / 'iter_1.pth'
+    torch.save({'meta': {'iter': 1}, 'message_hub': {'log_scalars': scalars}, 'state_dict': {'w': torch.ones(1)},
+                'extra': np.zeros((0, 3))}, path)
+    torch.serialization.clear_safe_globals()  # every global mmwf allows but bytes: refused
+    torch.serialization.add_safe_globals([g for g in safe_checkpoint_globals() if g is not bytes])
+    try:
+        with pytest.raises(pickle.UnpicklingError, match='GLOBAL bytes was not an allowed global'):
+            torch.load(path, weights_only=True)
+    finally:
         enable_safe_mmengine_checkpoints()
-    monkeypatch.delenv('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD')
-    assert not os.environ.get('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD')
+    loaded = load_weights_only(str(path))
+    assert loaded['message_hub']['log_scalars']['val/mIoU'].data[0].size == 0
+    assert loaded['extra'].shape == (0, 3)
+
+
+class NaNAtThirdIteration(ToyModel):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        out = super().forward(inputs, data_samples, mode)
+        if mode == 'loss':
+            self.calls += 1
+            if self.calls == 3:
+                out = dict(loss=out['loss'] * float('nan'))
+        return out
+
+
+def test_non_finite_loss_stops_training_before_its_checkpoint(tmp_path):
+    runner = make_runner(tmp_path, max_iters=6, custom_hooks=[dict(type='NonFiniteLossHook')])
+    runner.model = NaNAtThirdIteration()
+    with pytest.raises(FloatingPointError, match=r'iteration 3: non-finite loss \(loss=nan'):
+        runner.train()
+    assert not (tmp_path / 'iter_3.pth').exists()

@@ -19,6 +19,8 @@ def test_wrong_versions_are_named_with_the_fix(monkeypatch):
         check_stack()
     msg = str(err.value)
     assert 'mmcv 2.2.0 is installed' in msg and '<2.2.0' in msg and 'make install' in msg
+    with pytest.warns(UserWarning, match='mmcv 2.2.0 is installed'):  # what `import mmwf` does
+        check_stack(warn=True)
 
 
 def test_mmcv_without_ops_is_named(monkeypatch):

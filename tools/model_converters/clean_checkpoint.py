@@ -10,9 +10,13 @@ file *only* when ``--trust-source`` is given, keeps the model tensors and writes
 from __future__ import annotations
 
 import argparse
+import os.path as osp
 import sys
 
 import torch
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+from mmwf.utils.checkpoint import CheckpointError, UnsafeCheckpointError, load_weights_only  # noqa: E402
 
 
 def extract_tensors(ckpt: object) -> dict[str, torch.Tensor]:
@@ -30,19 +34,18 @@ def extract_tensors(ckpt: object) -> dict[str, torch.Tensor]:
 
 def convert(src: str, dst: str, trust_source: bool) -> int:
     try:
-        ckpt = torch.load(src, map_location='cpu', weights_only=True)
-    except FileNotFoundError:
-        raise SystemExit(f'error: no such checkpoint: {src}') from None
-    except Exception as err:
+        ckpt = load_weights_only(src)
+    except UnsafeCheckpointError as err:
         if not trust_source:
-            raise SystemExit(f'error: {src} holds Python objects that weights-only loading refuses '
-                             f'({str(err).splitlines()[-1].strip()}).\nUnpickling it can run arbitrary code. '
-                             'Re-run with --trust-source only if you trust where the file came from.') from None
+            raise SystemExit(f'error: {err}\nUnpickling it can run arbitrary code: pass --trust-source only if '
+                             'you trust where the file came from.') from None
         try:
             ckpt = torch.load(src, map_location='cpu', weights_only=False)
         except ModuleNotFoundError as missing:
             raise SystemExit(f'error: unpickling {src} needs the module {missing.name!r} '
                              f'(e.g. `pip install {missing.name}`)') from None
+    except (FileNotFoundError, CheckpointError) as err:
+        raise SystemExit(f'error: {err}') from None
     tensors = extract_tensors(ckpt)
     torch.save({'state_dict': tensors, 'meta': {'converted_from': src}}, dst)
     torch.load(dst, weights_only=True)  # the result must open safely

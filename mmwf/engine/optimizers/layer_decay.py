@@ -28,7 +28,8 @@ def task_backbone(module: nn.Module) -> nn.Module:
     """The backbone of a detector / segmentor, inside an ``AttentionDistiller`` or not."""
     backbone = getattr(getattr(module, 'student', module), 'backbone', None)
     if backbone is None:
-        raise ValueError(f"no_decay='vitdet' needs a model with a backbone; {type(module).__name__} has none")
+        raise ValueError(f'LayerDecayOptimWrapperConstructor needs a model with a backbone (layer ids count '
+                         f'backbone.blocks); {type(module).__name__} has none')
     return backbone
 
 
@@ -54,7 +55,8 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     i + 1 for ``backbone.blocks.{i}``, num_layers + 1 for everything else (the backbone's final norm, the
     neck and the heads); a ``student.`` prefix (``AttentionDistiller``) is ignored. ``paramwise_cfg``:
 
-    - ``num_layers`` (int): blocks of the backbone (WeightFormer 17, DeiT 12).
+    - ``num_layers`` (int): blocks of the backbone (WeightFormer 17, DeiT 12). Defaults to the number of
+      ``backbone.blocks``; any other value is refused.
     - ``decay_rate`` (float): e.g. 0.7 (ViTDet detection), 0.92 (UperNet segmentation).
     - ``no_decay`` (str): which parameters have no weight decay: ``'norms'`` (every norm layer, ``pos_embed``
       and ``cls_token``), ``'vitdet'`` (detectron2 ViTDet: the backbone's norm layers and ``pos_embed``) or
@@ -79,13 +81,35 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         match = re.match(r'blocks\.(\d+)\.', name)
         return int(match.group(1)) + 1 if match else num_layers + 1
 
-    def add_params(self, params: list[dict], module: nn.Module, **kwargs) -> None:
+    KEYS = ('num_layers', 'decay_rate', 'no_decay')
+
+    def settings(self, module: nn.Module) -> tuple[int, float, str]:
+        """(num_layers, decay_rate, no_decay) of ``paramwise_cfg``, checked against the model."""
         cfg = self.paramwise_cfg
-        if 'num_layers' not in cfg or 'decay_rate' not in cfg:
-            raise ValueError('LayerDecayOptimWrapperConstructor needs paramwise_cfg=dict(num_layers=..., '
-                             'decay_rate=...)')
-        num_layers, decay = cfg['num_layers'], cfg['decay_rate']
-        rule = cfg.get('no_decay', 'norms')
+        unknown = sorted(set(cfg) - set(self.KEYS))
+        if unknown:
+            raise ValueError(f'paramwise_cfg keys {unknown} are not implemented by LayerDecayOptimWrapperConstructor, '
+                             f'which takes {", ".join(self.KEYS)}; remove them (mmengine\'s '
+                             'DefaultOptimWrapperConstructor implements custom_keys, bias_decay_mult, ...)')
+        decay = cfg.get('decay_rate')
+        if not isinstance(decay, (int, float)) or not 0 < decay <= 1:
+            raise ValueError(f'paramwise_cfg.decay_rate must be a number in (0, 1], e.g. 0.7 (ViTDet) or 0.92 '
+                             f'(UperNet); got {decay!r}')
+        depth = len(task_backbone(module).blocks)
+        num_layers = cfg.get('num_layers', depth)
+        if num_layers != depth:
+            if num_layers < depth:
+                worst = (f'the last {depth - num_layers} blocks would train at up to '
+                         f'{decay ** (num_layers + 1 - depth):.2g}x the base lr')
+            else:
+                worst = f'every backbone lr would carry {num_layers - depth} extra decay steps'
+            raise ValueError(f'paramwise_cfg.num_layers={num_layers} but the backbone '
+                             f'({type(task_backbone(module)).__name__}) has {depth} blocks: {worst}. Set '
+                             f'num_layers={depth} or leave it out (it is taken from the backbone)')
+        return num_layers, decay, cfg.get('no_decay', 'norms')
+
+    def add_params(self, params: list[dict], module: nn.Module, **kwargs) -> None:
+        num_layers, decay, rule = self.settings(module)
         if rule not in NO_DECAY_RULES:
             raise ValueError(f'paramwise_cfg.no_decay={rule!r} is not a rule; choose from {sorted(NO_DECAY_RULES)}')
         no_decay = NO_DECAY_RULES[rule](module)
@@ -95,11 +119,11 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
                 continue
             lid = self.layer_id(name, num_layers)
             no_wd = id(param) in no_decay
-            group = groups.setdefault((lid, no_wd), dict(
-                params=[], lr=self.base_lr * decay ** (num_layers + 1 - lid),
-                weight_decay=0.0 if no_wd else self.base_wd))
+            group = groups.setdefault((lid, no_wd), dict(params=[], lr=self.base_lr * decay ** (num_layers + 1 - lid)))
+            if no_wd or self.base_wd is not None:  # else the optimizer's default weight decay
+                group['weight_decay'] = 0.0 if no_wd else self.base_wd
             group['params'].append(param)
         for (lid, _), group in sorted(groups.items()):
-            print_log(f'layer {lid}: lr {group["lr"]:.3g}, weight decay {group["weight_decay"]}, '
+            print_log(f'layer {lid}: lr {group["lr"]:.3g}, weight decay {group.get("weight_decay", "default")}, '
                       f'{len(group["params"])} tensors', logger='current')
             params.append(group)

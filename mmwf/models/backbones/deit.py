@@ -17,7 +17,14 @@ from mmengine.model import BaseModule
 from timm.layers import DropPath, Mlp
 
 from mmwf.models.transfer import transfer_softmax_weights
-from mmwf.models.utils import StrictPretrainedMixin, resample_grid_tokens, run_blocks
+from mmwf.models.utils import (
+    StrictPretrainedMixin,
+    image_grid,
+    resample_grid_tokens,
+    resolve_arch,
+    resolve_out_indices,
+    run_blocks,
+)
 from mmwf.registry import MODELS
 
 ARCH_SETTINGS = {
@@ -137,10 +144,7 @@ class DeiT(StrictPretrainedMixin, BaseModule):
                  num_classes: int = 0,
                  init_cfg: dict | list | None = None) -> None:
         super().__init__(init_cfg=init_cfg)
-        if isinstance(arch, str):
-            if arch.lower() not in ARCH_SETTINGS:
-                raise ValueError(f'unknown DeiT arch {arch!r}; choose from {sorted(ARCH_SETTINGS)} or a dict')
-            arch = ARCH_SETTINGS[arch.lower()]
+        arch = resolve_arch(arch, ARCH_SETTINGS, 'DeiT')
         if window_size and window_block_indexes and with_cls_token:
             raise ValueError('window attention has no class token: set with_cls_token=False')
         attn_cls = MODELS.get(attn_cfg['type'])
@@ -154,8 +158,7 @@ class DeiT(StrictPretrainedMixin, BaseModule):
         self.embed_dims, self.depth = arch['embed_dims'], arch['depth']
         self.patch_size, self.with_cls_token, self.with_cp = patch_size, with_cls_token, with_cp
         self.pretrain_grid = pretrain_size // patch_size
-        out_indices = [out_indices] if isinstance(out_indices, int) else list(out_indices)
-        self.out_indices = [i % self.depth for i in out_indices]
+        self.out_indices = resolve_out_indices(out_indices, self.depth, 'DeiT')
         self.final_norm = final_norm
         C = self.embed_dims
         self.patch_embed = nn.Module()
@@ -190,10 +193,8 @@ class DeiT(StrictPretrainedMixin, BaseModule):
             super().init_weights()
 
     def grid(self, x: torch.Tensor) -> tuple[int, int]:
-        h, w = x.shape[-2] // self.patch_size, x.shape[-1] // self.patch_size
-        if x.dim() != 4 or h < 1 or w < 1:
-            raise ValueError(f'DeiT needs images (B, 3, H, W) with H, W >= {self.patch_size}; got {tuple(x.shape)}')
-        return h, w
+        """Token grid (H/p, W/p) of an image batch, with a clear error for bad input."""
+        return image_grid(x, self.patch_embed.proj, 1, 'DeiT')
 
     def patch_pos_embed(self, hw: tuple[int, int]) -> torch.Tensor:
         """Position embedding of the patch tokens, (1, H*W, C), resampled from the pretraining grid."""

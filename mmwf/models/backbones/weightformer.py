@@ -16,7 +16,7 @@ from timm.layers import DropPath
 
 from mmwf.models.layers import StaticDWConv, StaticLinear
 from mmwf.models.layers.dynamic_linear import map_to_tokens, tokens_to_map
-from mmwf.models.utils import StrictPretrainedMixin, run_blocks
+from mmwf.models.utils import StrictPretrainedMixin, image_grid, resolve_arch, resolve_out_indices, run_blocks
 from mmwf.registry import MODELS
 
 ARCH_SETTINGS = {
@@ -117,18 +117,13 @@ class WeightFormer(StrictPretrainedMixin, BaseModule):
                  num_classes: int = 0,
                  init_cfg: dict | list | None = None) -> None:
         super().__init__(init_cfg=init_cfg)
-        if isinstance(arch, str):
-            if arch.lower() not in ARCH_SETTINGS:
-                raise ValueError(f'unknown WeightFormer arch {arch!r}; choose from {sorted(ARCH_SETTINGS)} '
-                                 'or pass a dict(embed_dims=..., depth=..., mlp_ratio=...)')
-            arch = ARCH_SETTINGS[arch.lower()]
+        arch = resolve_arch(arch, ARCH_SETTINGS, 'WeightFormer')
         self.embed_dims, self.depth = arch['embed_dims'], arch['depth']
         self.patch_size = patch_size
         self.dynamic_ids = self._dynamic_ids(dynamic_blocks, self.depth)
         if dynamic_mlp not in ('first', 'second', 'both', 'none'):
             raise ValueError(f"dynamic_mlp must be 'first', 'second', 'both' or 'none', got {dynamic_mlp!r}")
-        out_indices = [out_indices] if isinstance(out_indices, int) else list(out_indices)
-        self.out_indices = [i % self.depth for i in out_indices]
+        self.out_indices = resolve_out_indices(out_indices, self.depth, 'WeightFormer')
         self.final_norm, self.frozen_stages, self.with_cp = final_norm, frozen_stages, with_cp
 
         static_linear, static_dwc = dict(type=StaticLinear), dict(type=StaticDWConv)
@@ -189,13 +184,8 @@ class WeightFormer(StrictPretrainedMixin, BaseModule):
         return self
 
     def grid(self, x: torch.Tensor) -> tuple[int, int]:
-        """Token grid (H/p, W/p) of an image batch, with a clear error when it is too small."""
-        h, w = x.shape[-2] // self.patch_size, x.shape[-1] // self.patch_size
-        if x.dim() != 4 or h < 2 or w < 2:
-            raise ValueError(f'WeightFormer needs images (B, C, H, W) with H, W >= {2 * self.patch_size} '
-                             f'(2 x 2 patches of {self.patch_size}); got shape {tuple(x.shape)}. '
-                             'Resize or pad the input.')
-        return h, w
+        """Token grid (H/p, W/p) of an image batch (at least 2 x 2), with a clear error for bad input."""
+        return image_grid(x, self.patch_embed.proj, 2, 'WeightFormer')
 
     def forward_tokens(self, x: torch.Tensor) -> tuple[list[torch.Tensor], tuple[int, int]]:
         """Images (B, 3, H, W) -> outputs of ``out_indices`` as tokens (B, N, C), and the grid."""

@@ -1,0 +1,3 @@
+from .non_finite_loss import NonFiniteLossHook
+
+__all__ = ['NonFiniteLossHook']

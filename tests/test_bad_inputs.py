@@ -1,0 +1,200 @@
+"""Bad input of every kind gets one error that names the problem, the file or value, and the fix.
+
+Each case builds the bad input, runs the public entry point a user would, and asserts the error type and the
+words the user needs (the README's "When something goes wrong" table lists them)."""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.runner import CheckpointLoader
+from safetensors.torch import save_file
+
+import mmwf  # noqa: F401
+from mmwf.engine.hooks import NonFiniteLossHook
+from mmwf.models.backbones import DeiT, WeightFormer
+from mmwf.models.necks import SimpleFeaturePyramid
+from mmwf.models.transfer import transfer_softmax_weights
+from mmwf.utils import CheckpointError, UnsafeCheckpointError, check_dataset_paths, load_state_dict_file
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_WF = dict(embed_dims=32, depth=2, mlp_ratio=2)
+TINY_DEIT = dict(embed_dims=32, depth=2, num_heads=2, mlp_ratio=2)
+
+
+def pretrained(path: Path, arch: dict = TINY_WF) -> Callable:
+    """Initialise a tiny WeightFormer from ``path``, as ``init_cfg=dict(type='Pretrained')`` does in a config."""
+    return lambda: WeightFormer(arch, init_cfg=dict(type='Pretrained', checkpoint=str(path))).init_weights()
+
+
+def valid_checkpoint(tmp: Path) -> Path:
+    path = tmp / 'wf.pth'
+    torch.save(WeightFormer(TINY_WF).state_dict(), path)
+    return path
+
+
+def empty(tmp: Path) -> Path:
+    (tmp / 'empty.pth').write_bytes(b'')
+    return tmp / 'empty.pth'
+
+
+def truncated(tmp: Path) -> Path:
+    data = valid_checkpoint(tmp).read_bytes()
+    (tmp / 'half.pth').write_bytes(data[:len(data) // 2])
+    return tmp / 'half.pth'
+
+
+def text_file(tmp: Path) -> Path:
+    (tmp / 'notes.pth').write_text('weights are on the shared drive\n')
+    return tmp / 'notes.pth'
+
+
+def corrupt_safetensors(tmp: Path) -> Path:
+    save_file({'w': torch.ones(2)}, str(tmp / 'good.safetensors'))
+    data = (tmp / 'good.safetensors').read_bytes()
+    (tmp / 'bad.safetensors').write_bytes(b'\xff' * 8 + data[8:])
+    return tmp / 'bad.safetensors'
+
+
+def not_a_state_dict(tmp: Path) -> Path:
+    torch.save({'epoch': 3, 'lr': 0.1}, tmp / 'meta.pth')
+    return tmp / 'meta.pth'
+
+
+def unsafe(tmp: Path) -> Path:
+    torch.save({'model': {'w': torch.ones(1)}, 'args': argparse.Namespace(lr=1)}, tmp / 'train.pth')
+    return tmp / 'train.pth'
+
+
+def other_size(tmp: Path) -> Path:
+    torch.save(WeightFormer(dict(TINY_WF, embed_dims=48)).state_dict(), tmp / 'wf_s.pth')
+    return tmp / 'wf_s.pth'
+
+
+def softmax_deit(tmp: Path) -> Path:
+    torch.save(DeiT(TINY_DEIT).state_dict(), tmp / 'deit.pth')
+    return tmp / 'deit.pth'
+
+
+def layer_decay(model: torch.nn.Module, **paramwise) -> Callable:
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import init_default_scope
+
+    def build():
+        init_default_scope('mmdet')
+        wrapper = torch.nn.Module()
+        wrapper.backbone = model
+        build_optim_wrapper(wrapper, dict(constructor='LayerDecayOptimWrapperConstructor',
+                                          optimizer=dict(type='AdamW', lr=1e-4), paramwise_cfg=paramwise))
+    return build
+
+
+def nan_loss_iteration() -> None:
+    runner = argparse.Namespace(iter=41, work_dir='work_dirs/run')
+    NonFiniteLossHook().after_train_iter(runner, 0, outputs=dict(loss=torch.tensor(float('nan')),
+                                                                 loss_cls=torch.tensor(0.7),
+                                                                 loss_bbox=torch.tensor(float('inf'))))
+
+
+def missing_dataset(config: str) -> Callable:
+    return lambda: check_dataset_paths(Config.fromfile(str(ROOT / config)))
+
+
+def cascade_head_with_resampling() -> None:
+    from mmdet.registry import MODELS
+    from mmengine.registry import init_default_scope
+    cfg = Config.fromfile(str(ROOT / 'configs/cascade_wf_t_coco.py'))
+    rcnn = cfg.model.train_cfg.rcnn
+    rcnn[2].sampler = rcnn[0].sampler
+    init_default_scope('mmdet')
+    MODELS.build(dict(cfg.model.roi_head, train_cfg=rcnn, test_cfg=cfg.model.test_cfg.rcnn))
+
+
+# (id, build the failing call from a temporary folder, error type, words the message must contain)
+CASES = [
+    # images
+    ('image without batch dimension', lambda t: lambda: WeightFormer(TINY_WF)(torch.randn(3, 64, 64)),
+     ValueError, ['WeightFormer needs images (B, 3, H, W)', '(3, 64, 64)', 'Add the batch dimension']),
+    ('grayscale image', lambda t: lambda: DeiT(TINY_DEIT)(torch.randn(1, 1, 64, 64)),
+     ValueError, ['DeiT needs images (B, 3, H, W)', 'convert the images to 3 channels']),
+    ('image smaller than 2 x 2 patches', lambda t: lambda: WeightFormer(TINY_WF)(torch.randn(1, 3, 16, 64)),
+     ValueError, ['H, W >= 32', '(1, 3, 16, 64)', 'Resize or pad']),
+    ('uint8 image', lambda t: lambda: WeightFormer(TINY_WF)(torch.zeros(1, 3, 64, 64, dtype=torch.uint8)),
+     ValueError, ['torch.float32 weights', 'torch.uint8 images', 'Normalise the images']),
+    ('fp16 image into an fp32 model', lambda t: lambda: DeiT(TINY_DEIT)(torch.randn(1, 3, 32, 32).half()),
+     ValueError, ['torch.float16 images', 'mixed precision', 'AmpOptimWrapper']),
+    # configs
+    ('unknown arch', lambda t: lambda: WeightFormer('xl'), ValueError,
+     ["unknown WeightFormer arch 'xl'", "['b', 's', 't']"]),
+    ('custom arch without depth', lambda t: lambda: DeiT(dict(embed_dims=64, num_heads=2, mlp_ratio=4)), ValueError,
+     ['custom DeiT arch', "lacks ['depth']", 'embed_dims, mlp_ratio, num_heads']),
+    ('out_indices past the last block', lambda t: lambda: WeightFormer('t', out_indices=(17,)), ValueError,
+     ['out_indices [17] out of range', '17 blocks', '0..16']),
+    ('dynamic_mlp typo', lambda t: lambda: WeightFormer(TINY_WF, dynamic_mlp='frist'), ValueError,
+     ["'first', 'second', 'both' or 'none'", "'frist'"]),
+    ('pyramid scale not supported', lambda t: lambda: SimpleFeaturePyramid(32, scale_factors=(4.0, 2.0, 3.0, 0.5)),
+     ValueError,
+     ['scale factor 3.0 is not supported', '(4, 2, 1, 0.5)']),
+    ('layer decay counted for DeiT on WeightFormer-T', lambda t: layer_decay(WeightFormer('t'), num_layers=12,
+                                                                            decay_rate=0.7),
+     ValueError, ['num_layers=12', 'has 17 blocks', 'last 5 blocks', '4.2x the base lr', 'Set num_layers=17']),
+    ('layer decay key of another constructor', lambda t: layer_decay(WeightFormer(TINY_WF), decay_rate=0.7,
+                                                                     layer_decay_rate=0.9),
+     ValueError, ["['layer_decay_rate'] are not implemented", 'num_layers, decay_rate, no_decay']),
+    ('unknown weight-decay rule', lambda t: layer_decay(WeightFormer(TINY_WF), decay_rate=0.7, no_decay='all'),
+     ValueError, ["no_decay='all' is not a rule", "'beit', 'norms', 'vitdet'"]),
+    ('cascade stage resampling', lambda t: cascade_head_with_resampling, ValueError,
+     ['train_cfg.rcnn[2].sampler is RandomSampler', "sampler=dict(type='PseudoSampler')"]),
+    ('unknown transfer recipe', lambda t: lambda: transfer_softmax_weights(DeiT(TINY_DEIT), str(softmax_deit(t)),
+                                                                           'copy_all'),
+     ValueError, ["unknown transfer recipe 'copy_all'", "'full_copy'", 'init_cfg=None']),
+    # checkpoints
+    ('missing weights', lambda t: pretrained(t / 'weightformer_t.safetensors'), FileNotFoundError,
+     ['checkpoint not found', 'weightformer_t.safetensors', 'RuizeHe/weightformer', 'init_cfg=None']),
+    ('empty checkpoint', lambda t: pretrained(empty(t)), CheckpointError,
+     ['empty.pth', 'the file is empty (0 bytes)', 'Download or copy the file again']),
+    ('truncated checkpoint', lambda t: pretrained(truncated(t)), CheckpointError,
+     ['half.pth', 'zip archive is truncated or damaged', 'resume from an earlier checkpoint']),
+    ('text file as checkpoint', lambda t: pretrained(text_file(t)), CheckpointError,
+     ['notes.pth', 'not a PyTorch or safetensors checkpoint', "b'weights are '", 'points at the weights file']),
+    ('corrupt safetensors', lambda t: lambda: load_state_dict_file(str(corrupt_safetensors(t))), CheckpointError,
+     ['bad.safetensors', 'safetensors header is corrupt', 'Download or copy the file again']),
+    ('not a state dict', lambda t: pretrained(not_a_state_dict(t)), CheckpointError,
+     ['meta.pth', 'not a state dict', 'epoch, lr']),
+    ('pickled Python object', lambda t: pretrained(unsafe(t)), UnsafeCheckpointError,
+     ['train.pth', 'weights-only loading refuses', 'argparse.Namespace', 'clean_checkpoint.py', '--trust-source']),
+    ('checkpoint of another size', lambda t: pretrained(other_size(t)), ValueError,
+     ['wf_s.pth', 'does not match WeightFormer', 'shape mismatches',
+      'blocks.0.dwc.weight: checkpoint (48, 1, 3, 3) vs model (32, 1, 3, 3)']),
+    ('truncated teacher / transfer checkpoint', lambda t: lambda: transfer_softmax_weights(
+        DeiT(TINY_DEIT), str(truncated(t)), 'copy'), CheckpointError, ['half.pth', 'truncated or damaged']),
+    ('truncated checkpoint to resume', lambda t: lambda: CheckpointLoader.load_checkpoint(str(truncated(t))),
+     CheckpointError, ['half.pth', 'truncated or damaged']),
+    # datasets
+    ('COCO not downloaded', lambda t: missing_dataset('configs/cascade_wf_t_coco.py'), FileNotFoundError,
+     ['data/coco/', 'cocodataset.org', 'data_root=PATH', 'generate_demo_data.py']),
+    ('ADE20K not downloaded', lambda t: missing_dataset('configs/upernet_wf_t_ade20k.py'), FileNotFoundError,
+     ['ADEChallengeData2016', 'MIT Scene Parsing Benchmark', 'configs/demo/']),
+    # precision
+    ('NaN / inf loss', lambda t: nan_loss_iteration, FloatingPointError,
+     ['iteration 42', 'loss=nan', 'loss_bbox=inf', 'loss_cls=0.7', 'clip_grad', '--resume']),
+]
+
+
+@pytest.mark.parametrize('make,error,words', [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_gets_a_clear_error(make, error, words, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative dataset paths of the configs do not exist here
+    call = make(tmp_path)
+    with pytest.raises(error) as info:
+        call()
+    message = str(info.value)
+    missing = [w for w in words if w not in message]
+    assert not missing, f'{missing} not in: {message}'
+
+
+def test_there_are_at_least_twenty_cases():
+    assert len(CASES) >= 20 and len({c[0] for c in CASES}) == len(CASES)

@@ -1,0 +1,111 @@
+"""CUDA checks (``pytest -m cuda``; skipped without a CUDA device): the backbones, every attention operator and
+the neck under fp16 / bf16 autocast against fp32 on the same device, the per-sample dynamic depthwise
+convolution against a grouped-conv reference, and peak memory of WF-T vs DeiT-T at 1024 and 1248.
+
+Needs torch, timm and mmengine only (no mmcv / mmdet / mmseg), like the backbones themselves.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mmwf  # noqa: F401
+from mmwf.models.backbones import DeiT, WeightFormer
+from mmwf.models.layers import AdaptiveDynamicDWConv
+from mmwf.models.layers.dynamic_linear import map_to_tokens, tokens_to_map
+from mmwf.models.necks import SimpleFeaturePyramid
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')]
+DEVICE = 'cuda'
+# relative error bounds of autocast against fp32 (random init, whole network; measured on CPU autocast at 224:
+# WF-T bf16 1.2e-2 / 2.1e-2, fp16 1.4e-3 / 1.8e-3 for output / parameter gradients; DeiT-T 10x lower)
+TOLERANCE = {torch.float16: dict(out=1e-2, grad=2e-2), torch.bfloat16: dict(out=5e-2, grad=1e-1)}
+LOSS_SCALE = {torch.float16: 2.0 ** 12}  # fp16 gradients underflow without loss scaling (as GradScaler does)
+OPERATORS = ['SoftmaxAttention', 'ELUAttention', 'ReLUAttention', 'InLineAttention', 'MHLAttention', 'TTTAttention']
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def run(model: torch.nn.Module, x: torch.Tensor, dtype: torch.dtype | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output of ``model(x)`` (the last map) and the gradients of its mean square w.r.t. every parameter, flat."""
+    model.zero_grad()
+    scale = LOSS_SCALE.get(dtype, 1.0)
+    with torch.autocast(DEVICE, dtype=dtype or torch.float32, enabled=dtype is not None):
+        out = model(x)
+        out = out[-1] if isinstance(out, (tuple, list)) else out
+    (out.float().square().mean() * scale).backward()
+    grads = torch.cat([p.grad.flatten() / scale for p in model.parameters() if p.grad is not None])
+    return out.detach().float(), grads
+
+
+def check_autocast(model: torch.nn.Module, x: torch.Tensor, dtype: torch.dtype) -> None:
+    model = model.to(DEVICE).train()
+    x = x.to(DEVICE)
+    ref_out, ref_grad = run(model, x, None)
+    out, grad = run(model, x, dtype)
+    assert torch.isfinite(out).all() and torch.isfinite(grad).all()
+    bound = TOLERANCE[dtype]
+    assert relative_error(out, ref_out) < bound['out'], relative_error(out, ref_out)
+    assert relative_error(grad, ref_grad) < bound['grad'], relative_error(grad, ref_grad)
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16], ids=['fp16', 'bf16'])
+@pytest.mark.parametrize('arch', ['t', 's'])
+def test_weightformer_autocast_matches_fp32(arch, dtype):
+    check_autocast(WeightFormer(arch, out_indices=(4, 8, 12, 16)), torch.randn(2, 3, 224, 224), dtype)
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16], ids=['fp16', 'bf16'])
+@pytest.mark.parametrize('op', OPERATORS)
+def test_deit_operator_autocast_matches_fp32(op, dtype):
+    cls = op not in ('MHLAttention', 'TTTAttention')
+    check_autocast(DeiT('t', attn_cfg=dict(type=op), with_cls_token=cls), torch.randn(2, 3, 224, 224), dtype)
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16], ids=['fp16', 'bf16'])
+def test_windowed_deit_and_neck_autocast_match_fp32(dtype):
+    backbone = DeiT('t', with_cls_token=False, window_size=14, window_block_indexes=(0, 1, 3, 4, 6, 7, 9, 10))
+    model = torch.nn.Sequential(backbone, SimpleFeaturePyramid(192))
+    check_autocast(model, torch.randn(1, 3, 512, 512), dtype)
+
+
+def test_per_sample_dynamic_dwconv_matches_grouped_reference():
+    layer = AdaptiveDynamicDWConv(64).to(DEVICE)
+    hw = (23, 31)
+    x = torch.randn(3, hw[0] * hw[1], 64, device=DEVICE)
+    kernel = layer.w + layer.effective_delta(x, hw).unsqueeze(2)  # (B, C, 1, K, K)
+    b, c = x.shape[0], layer.dim
+    reference = F.conv2d(tokens_to_map(x, hw).reshape(1, b * c, *hw), kernel.reshape(b * c, 1, 3, 3),
+                         layer.b.repeat(b), padding=1, groups=b * c).reshape(b, c, *hw)
+    torch.testing.assert_close(layer(x, hw), map_to_tokens(reference), rtol=1e-4, atol=1e-5)
+
+
+def forward_peak_mb(model: torch.nn.Module, size: int) -> float:
+    """Activation memory (MB above the weights) of one inference forward at ``size`` x ``size``, batch 1."""
+    model = model.to(DEVICE).eval()
+    x = torch.randn(1, 3, size, size, device=DEVICE)
+    with torch.inference_mode():
+        model(x)  # warm-up (kernels, workspaces)
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        model(x)
+        torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2 ** 20
+
+
+def test_peak_memory_weightformer_vs_deit_at_1024_and_1248():
+    """Prints the figures; WF-T's activation memory grows linearly with the tokens (1.49x from 1024 to 1248)."""
+    rows = {}
+    for name, build in (('WF-T', lambda: WeightFormer('t')), ('DeiT-T', lambda: DeiT('t', with_cls_token=False))):
+        rows[name] = [forward_peak_mb(build(), size) for size in (1024, 1248)]
+        torch.cuda.empty_cache()
+    print('\n| model | activations 1024 (MB) | activations 1248 (MB) |\n|---|---|---|')
+    for name, (a, b) in rows.items():
+        print(f'| {name} | {a:.1f} | {b:.1f} |')
+    wf_1024, wf_1248 = rows['WF-T']
+    assert 0 < wf_1024 and wf_1248 / wf_1024 < 1.8
