@@ -12,8 +12,7 @@ import torch.nn.functional as F
 
 import mmwf  # noqa: F401
 from mmwf.models.backbones import DeiT, WeightFormer
-from mmwf.models.layers import AdaptiveDynamicDWConv
-from mmwf.models.layers.dynamic_linear import map_to_tokens, tokens_to_map
+from mmwf.models.layers import AdaptiveDynamicDWConv, map_to_tokens, tokens_to_map
 from mmwf.models.necks import SimpleFeaturePyramid
 
 pytestmark = [pytest.mark.cuda,

@@ -47,3 +47,32 @@ def test_without_the_plugin_the_error_names_the_registry(tmp_path):
     res = subprocess.run([sys.executable, '-c', SCRIPT.format(scope='mmdet').replace(
         "assert 'mmwf' in sys.modules", ''), str(cfg)], capture_output=True, text=True)
     assert res.returncode != 0 and 'WeightFormer is not in the mmdet::model registry' in res.stderr
+
+
+REGISTRIES = ('MODELS', 'HOOKS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'WEIGHT_INITIALIZERS')
+
+
+def mmwf_names() -> dict[str, set[str]]:
+    """Every name mmwf registers in mmengine's root registries."""
+    import mmengine.registry as root
+
+    import mmwf  # noqa: F401
+    return {name: {k for k, v in getattr(root, name).module_dict.items()
+                   if getattr(v, '__module__', '').startswith('mmwf.')} for name in REGISTRIES}
+
+
+@pytest.mark.parametrize('project', ['mmdet', 'mmseg', 'mmpretrain'])
+def test_no_registered_name_clashes_with_an_mmlab_project(project):
+    """A project's child registry finds its own module first: a name both register would silently resolve to the
+    project's module under that project's scope (mmpretrain registers an 'LN2d' that returns a permuted view)."""
+    from importlib import import_module
+    from importlib.util import find_spec
+    if find_spec(project) is None:
+        pytest.skip(f'{project} is not installed')
+    import_module(f'{project}.utils').register_all_modules(init_default_scope=False)
+    registries = import_module(f'{project}.registry')
+    ours = mmwf_names()
+    assert 'WeightFormer' in ours['MODELS'] and 'LayerNorm2d' in ours['MODELS']
+    clashes = {name: sorted(ours[name] & set(getattr(registries, name).module_dict))
+               for name in REGISTRIES if hasattr(registries, name)}
+    assert not any(clashes.values()), clashes

@@ -57,10 +57,9 @@ def main() -> None:
                         help='demo data size when it has to be generated')
     args = parser.parse_args()
 
-    sys.path.insert(0, ROOT)
+    from mmwf.datasets import generate
     from mmwf.utils import check_stack
     check_stack(require_mmcv_ops=True)
-    from tools.generate_demo_data import generate
 
     expected = [osp.join(args.data_root, 'coco', 'annotations', 'instances_train.json'),
                 osp.join(args.data_root, 'checkpoints', 'deit_t_softmax.pth')]

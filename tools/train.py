@@ -5,8 +5,10 @@
 """
 import argparse
 
+from tool_args import add_runner_args, load_tool_config
+
 import mmwf  # noqa: F401  (registers modules, weights-only checkpoints)
-from mmwf.utils import add_runner_args, build_runner, check_stack, load_tool_config
+from mmwf.utils import build_runner, check_stack
 
 
 def parse_args() -> argparse.Namespace:

@@ -1,13 +1,13 @@
 # Cascade Mask R-CNN in the ViTDet framework (detectron2 projects/ViTDet, cascade_mask_rcnn_vitdet_b_100ep),
 # rebuilt on mmdet 3.x setting by setting (docs/protocol.md gives each reference line): one 1/16 backbone map ->
-# SimpleFeaturePyramid, 2-conv RPN, three 4conv1fc cascade box heads and one 4-conv mask head with LN2d
+# SimpleFeaturePyramid, 2-conv RPN, three 4conv1fc cascade box heads and one 4-conv mask head with LayerNorm2d
 # (ViTDetCascadeRoIHead), L1 box losses, LSJ 1024 x 1024, AdamW + layer-wise lr decay, 100 epochs.
 # A backbone config sets model.backbone, model.neck.in_channels and optim_wrapper.paramwise_cfg.num_layers.
 _base_ = ['mmdet::_base_/models/cascade-mask-rcnn_r50_fpn.py', 'mmdet::common/lsj-100e_coco-instance.py']
 custom_imports = dict(imports=['mmwf'], allow_failed_imports=False)
 
 image_size = (1024, 1024)
-norm_cfg = dict(type='LN2d', eps=1e-6, requires_grad=True)
+norm_cfg = dict(type='LayerNorm2d', eps=1e-6, requires_grad=True)
 # box-delta stds: the inverse of detectron2's Box2BoxTransform weights (10, 10, 5, 5), (20, 20, 10, 10), (30, 30, 15, 15)
 cascade_stds = ([0.1, 0.1, 0.2, 0.2], [0.05, 0.05, 0.1, 0.1], [1 / 30, 1 / 30, 1 / 15, 1 / 15])
 box_head_init = [  # detectron2: fc c2_xavier_fill (kaiming_uniform, a=1), cls N(0, 0.01), box N(0, 0.001)

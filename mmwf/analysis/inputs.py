@@ -7,10 +7,9 @@ import os.path as osp
 import torch
 import torch.nn as nn
 
-from mmwf.models.utils import load_backbone_checkpoint
+from mmwf.utils.checkpoint import load_pretrained
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-DEMO_IMAGES = osp.join(ROOT, 'data', 'demo', 'coco', 'val')
+DEMO_ROOT = osp.join('data', 'demo')  # where tools/generate_demo_data.py writes, relative to the working directory
 
 OPERATORS = {'elu': 'ELUAttention', 'relu': 'ReLUAttention', 'inline': 'InLineAttention', 'mhla': 'MHLAttention',
              'ttt': 'TTTAttention'}
@@ -50,18 +49,6 @@ def build_classifier(name: str) -> Classifier:
     return Classifier(MODELS.build(classifier_config(name))).eval()
 
 
-def add_input_args(parser, num_images: int, size: int, out: str) -> None:
-    """The analysis tools' shared arguments: backbone, weights, images, output, device."""
-    parser.add_argument('backbone', help='a name (wf-t, wf-s, wf-b, static-t, deit-t, deit-s-relu, ...) or an '
-                        'mmdet / mmseg config')
-    parser.add_argument('--checkpoint', help='weights (backbone, classifier or detector / segmentor checkpoint)')
-    parser.add_argument('--images', help='folder of images (default: the demo images, generated if absent)')
-    parser.add_argument('--num-images', type=int, default=num_images)
-    parser.add_argument('--size', type=int, default=size, help='square input size')
-    parser.add_argument('--out', default=out, help='PNG to write')
-    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-
-
 def backbone_config(spec: str) -> dict:
     """A dense backbone config (no head; DeiT without class token) from a name of :func:`classifier_config`
     (``wf-t``, ``static-t``, ``deit-s``, ``deit-t-ttt``, ...) or from an mmdet / mmseg config file (its
@@ -89,22 +76,20 @@ def build_backbone(spec: str | dict, checkpoint: str | None = None) -> nn.Module
     cfg.pop('init_cfg', None)
     model = MODELS.build(cfg)
     if checkpoint:
-        load_backbone_checkpoint(model, checkpoint)
+        load_pretrained(model, checkpoint)
     return model.eval()
 
 
 def load_images(folder: str | None, size: int, limit: int) -> torch.Tensor:
-    """Up to ``limit`` images of ``folder`` (default: the demo images, generated if absent), resized to
-    ``size`` x ``size``, normalised with ImageNet's mean and std: (B, 3, size, size)."""
+    """Up to ``limit`` images of ``folder`` (default: the demo images under ./data/demo, generated if absent),
+    resized to ``size`` x ``size``, normalised with ImageNet's mean and std: (B, 3, size, size)."""
     import cv2
     import numpy as np
     if folder is None:
-        folder = DEMO_IMAGES
+        folder = osp.join(DEMO_ROOT, 'coco', 'val')
         if not glob.glob(osp.join(folder, '*.jpg')):
-            import sys
-            sys.path.insert(0, ROOT)
-            from tools.generate_demo_data import generate
-            generate(osp.dirname(osp.dirname(folder)))
+            from mmwf.datasets import generate
+            generate(DEMO_ROOT)
     files = sorted(f for ext in ('jpg', 'jpeg', 'png') for f in glob.glob(osp.join(folder, f'*.{ext}')))[:limit]
     if not files:
         raise FileNotFoundError(f'no .jpg / .png images in {folder!r}; give --images a folder of images, or leave it '

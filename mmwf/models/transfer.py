@@ -1,4 +1,4 @@
-"""Initialise a linear-attention DeiT from a softmax DeiT checkpoint (``linear_attention.md`` section 8).
+"""Initialise a linear-attention DeiT from a softmax DeiT checkpoint (docs/linear_attention.md section 8).
 
 Recipes (the transfer paper's names):
 
@@ -23,8 +23,9 @@ import torch
 import torch.nn as nn
 from mmengine.logging import print_log
 
-from mmwf.models.utils import resample_grid_tokens
-from mmwf.utils.checkpoint import load_state_dict_file
+from mmwf.models.layers import resample_grid_tokens
+from mmwf.registry import WEIGHT_INITIALIZERS
+from mmwf.utils.checkpoint import read_state_dict
 
 RECIPES = {
     'copy': r'blocks\.\d+\.attn\.qkv\.',
@@ -62,12 +63,13 @@ def transfer_softmax_weights(model: nn.Module, checkpoint: str, recipe: str, cop
     """Copy the ``recipe``'s tensors of the softmax DeiT ``checkpoint`` into the DeiT ``model`` in place.
 
     Args:
-        model: our ``DeiT`` backbone with any attention operator.
-        checkpoint: a DeiT / timm checkpoint (``.pth``, weights-only, or ``.safetensors``; tensors at the top
+        model (nn.Module): our ``DeiT`` backbone with any attention operator.
+        checkpoint (str): a DeiT / timm checkpoint (``.pth``, weights-only, or ``.safetensors``; tensors at the top
             level or under ``model`` / ``state_dict``).
-        recipe: ``'copy'``, ``'mlp_copy'`` or ``'full_copy'``.
-        copy_proj: ``copy`` also takes ``attn.proj`` (where the shapes agree).
-        prefix: keep only checkpoint keys under this prefix and strip it (e.g. ``'backbone.'``).
+        recipe (str): ``'copy'``, ``'mlp_copy'`` or ``'full_copy'``.
+        copy_proj (bool): ``copy`` also takes ``attn.proj`` (where the shapes agree). Defaults to True.
+        prefix (str, optional): keep only checkpoint keys under this prefix and strip it (e.g. ``'backbone.'``);
+            a checkpoint whose keys all start with ``backbone.`` is unwrapped without it. Defaults to None.
 
     Returns:
         ``{'copied', 'partial', 'resampled', 'kept', 'skipped'}``: student tensor names (``partial`` and
@@ -80,13 +82,8 @@ def transfer_softmax_weights(model: nn.Module, checkpoint: str, recipe: str, cop
     if recipe not in RECIPES:
         raise ValueError(f'unknown transfer recipe {recipe!r}; choose from {sorted(RECIPES)} '
                          "(for 'random', set init_cfg=None)")
-    try:
-        state = load_state_dict_file(checkpoint)
-    except FileNotFoundError as err:
-        raise FileNotFoundError(f'{err} {getattr(model, "WEIGHTS_HINT", "")} For the Random init, set '
-                                'init_cfg=None.') from None
-    if prefix:
-        state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    state = read_state_dict(checkpoint, prefix, f'{getattr(model, "WEIGHTS_HINT", "")} For the Random init, set '
+                            'init_cfg=None.')
     pattern = RECIPES[recipe] + (r'|blocks\.\d+\.attn\.proj\.' if recipe == 'copy' and copy_proj else '')
     own = model.state_dict()
     selected = [k for k in own if re.match(pattern, k)]
@@ -139,3 +136,22 @@ def transfer_softmax_weights(model: nn.Module, checkpoint: str, recipe: str, cop
     print_log(f'transfer {recipe} from {checkpoint}: ' + ', '.join(f'{len(v)} {k}' for k, v in report.items()),
               logger='current')
     return report
+
+
+@WEIGHT_INITIALIZERS.register_module(name='SoftmaxTransfer')
+class SoftmaxTransferInit:
+    """Initializer: ``init_cfg=dict(type='SoftmaxTransfer', checkpoint=..., recipe=...)`` on a DeiT backbone runs
+    :func:`transfer_softmax_weights`.
+
+    Args:
+        checkpoint (str): a softmax DeiT / timm checkpoint.
+        recipe (str): ``'copy'``, ``'mlp_copy'`` or ``'full_copy'``.
+        copy_proj (bool): ``copy`` also takes ``attn.proj``. Defaults to True.
+        prefix (str, optional): keep only the checkpoint keys under this prefix. Defaults to None.
+    """
+
+    def __init__(self, checkpoint: str, recipe: str, copy_proj: bool = True, prefix: str | None = None) -> None:
+        self.checkpoint, self.recipe, self.copy_proj, self.prefix = checkpoint, recipe, copy_proj, prefix
+
+    def __call__(self, module: nn.Module) -> None:
+        transfer_softmax_weights(module, self.checkpoint, self.recipe, self.copy_proj, self.prefix)

@@ -1,4 +1,5 @@
-"""Weights-only checkpoint reading with errors that name the file, what is wrong with it and the fix.
+"""Checkpoints, in one place: weights-only reading with errors that name the file, what is wrong with it and
+the fix; unwrapping to a state dict; strict loading with key lists; the ``StrictPretrained`` initializer.
 
 torch >= 2.6 loads with ``weights_only=True``, which refuses every global that is not allow-listed. An mmengine
 training checkpoint holds ``HistoryBuffer`` objects (numpy arrays inside) in its ``message_hub`` and numpy
@@ -7,6 +8,9 @@ statistics functions, which unpickle through ``builtins.getattr``; allowing ``ge
 call arbitrary code, so instead the buffer pickles only its data (the functions are class-level and restored on
 load). ``import mmwf`` also routes mmengine's loading of local files (resume, ``load_from``, ``Pretrained``)
 through :func:`load_weights_only`.
+
+Backbones load released weights strictly: a family's ``checkpoint_filter_fn`` maps a checkpoint to the model's
+keys (timm's pattern), then every key must match (:func:`load_strict`).
 """
 from __future__ import annotations
 
@@ -16,8 +20,11 @@ import warnings
 
 import numpy as np
 import torch
-from mmengine.logging import HistoryBuffer
+import torch.nn as nn
+from mmengine.logging import HistoryBuffer, print_log
 from mmengine.runner import CheckpointLoader
+
+from mmwf.registry import WEIGHT_INITIALIZERS
 
 REFETCH = 'Download or copy the file again.'
 CLEAN = ('If it is a training checkpoint you trust, convert it once with '
@@ -113,18 +120,9 @@ def load_weights_only(path: str, map_location: str | torch.device = 'cpu') -> di
         raise _unreadable(path, err) from err
 
 
-def load_state_dict_file(path: str) -> dict[str, torch.Tensor]:
-    """Read the tensors of a checkpoint file: ``.safetensors``, or a torch file loaded weights-only whose
-    tensors sit at the top level or under ``state_dict`` / ``model`` / ``module`` (mmengine, the
-    WeightFormer and DeiT releases)."""
-    if path.endswith('.safetensors'):
-        _check_exists(path)
-        from safetensors.torch import load_file
-        try:
-            return load_file(path)
-        except Exception as err:
-            raise _unreadable(path, err) from err
-    ckpt = load_weights_only(path)
+def unwrap_state_dict(ckpt: object, path: str) -> dict[str, torch.Tensor]:
+    """The tensors of a loaded checkpoint: at the top level or under ``state_dict`` / ``model`` / ``module``
+    (mmengine, the WeightFormer and DeiT releases); anything else is a :class:`CheckpointError` naming ``path``."""
     for key in ('state_dict', 'model', 'module'):
         if isinstance(ckpt, dict) and isinstance(ckpt.get(key), dict):
             ckpt = ckpt[key]
@@ -138,3 +136,97 @@ def load_state_dict_file(path: str) -> dict[str, torch.Tensor]:
                               "names mapped to tensors, at the top level or under 'state_dict' / 'model'). Check "
                               'that the path points at model weights, not another kind of file.')
     return ckpt
+
+
+def load_state_dict_file(path: str) -> dict[str, torch.Tensor]:
+    """Read the tensors of a checkpoint file: ``.safetensors``, or a torch file loaded weights-only and unwrapped
+    by :func:`unwrap_state_dict`."""
+    if path.endswith('.safetensors'):
+        _check_exists(path)
+        from safetensors.torch import load_file
+        try:
+            return load_file(path)
+        except Exception as err:
+            raise _unreadable(path, err) from err
+    return unwrap_state_dict(load_weights_only(path), path)
+
+
+def read_state_dict(path: str, prefix: str | None = None, hint: str = '') -> dict[str, torch.Tensor]:
+    """:func:`load_state_dict_file`, keeping only the keys under ``prefix`` (stripped). Without a prefix, a
+    checkpoint whose keys all start with ``backbone.`` (a detector's or segmentor's) is unwrapped. ``hint`` is
+    added to the not-found error (where to get the weights)."""
+    try:
+        state = load_state_dict_file(path)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f'{err} {hint}'.strip()) from None
+    if prefix is None and all(k.startswith('backbone.') for k in state):
+        prefix = 'backbone.'
+    if prefix:
+        state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        if not state:
+            raise CheckpointError(f'cannot read checkpoint {path!r}: it has no keys under prefix {prefix!r}. Set '
+                                  "the init_cfg's prefix to where the backbone's keys are, or leave it out.")
+    return state
+
+
+def _listing(keys: list[str], limit: int = 20) -> str:
+    more = f' ... and {len(keys) - limit} more' if len(keys) > limit else ''
+    return ', '.join(keys[:limit]) + more
+
+
+def load_strict(model: nn.Module, state: dict[str, torch.Tensor], path: str) -> None:
+    """Load ``state`` into ``model``; any missing, unexpected or mis-shaped key is a ``ValueError`` listing them."""
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    mismatched = sorted(f'{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(own[k].shape)}'
+                        for k in set(own) & set(state) if state[k].shape != own[k].shape)
+    if missing or unexpected or mismatched:
+        lines = [f'{path!r} does not match {type(model).__name__} (is it a checkpoint of this architecture '
+                 'and size?).']
+        if missing:
+            lines.append(f'missing keys ({len(missing)}): {_listing(missing)}')
+        if unexpected:
+            lines.append(f'unexpected keys ({len(unexpected)}): {_listing(unexpected)}')
+        if mismatched:
+            lines.append(f'shape mismatches ({len(mismatched)}): {_listing(mismatched)}')
+        raise ValueError('\n'.join(lines))
+    model.load_state_dict(state, strict=True)
+
+
+def load_pretrained(model: nn.Module, path: str, prefix: str | None = None) -> None:
+    """Read ``path`` (see :func:`read_state_dict`), map it with the model's ``checkpoint_filter_fn`` when it has
+    one, and load it strictly."""
+    hint = f"{getattr(model, 'WEIGHTS_HINT', '')} To train from scratch instead, set the backbone's init_cfg=None."
+    state = read_state_dict(path, prefix, hint.strip())
+    filter_fn = getattr(model, 'checkpoint_filter_fn', None)
+    if filter_fn is not None:
+        state = filter_fn(state)
+    load_strict(model, state, path)
+    print_log(f'loaded {len(state)} tensors into {type(model).__name__} from {path}', logger='current')
+
+
+@WEIGHT_INITIALIZERS.register_module()
+class StrictPretrained:
+    """Initializer loading a checkpoint strictly (:func:`load_pretrained`), where mmengine's ``Pretrained`` skips
+    what does not match. mmwf's backbones turn ``dict(type='Pretrained', ...)`` into this one.
+
+    Args:
+        checkpoint (str): ``.pth`` (read weights-only) or ``.safetensors`` file.
+        prefix (str, optional): keep only the keys under this prefix (e.g. ``'backbone.'``). Defaults to None.
+    """
+
+    def __init__(self, checkpoint: str, prefix: str | None = None) -> None:
+        self.checkpoint, self.prefix = checkpoint, prefix
+
+    def __call__(self, module: nn.Module) -> None:
+        load_pretrained(module, self.checkpoint, self.prefix)
+
+
+def strict_pretrained(init_cfg: dict | list | None) -> dict | list | None:
+    """``init_cfg`` (a dict or a list) with every ``Pretrained`` entry made :class:`StrictPretrained`."""
+    def convert(cfg: dict) -> dict:
+        return dict(cfg, type='StrictPretrained') if cfg.get('type') == 'Pretrained' else cfg
+    if isinstance(init_cfg, (list, tuple)):
+        return [convert(c) for c in init_cfg]
+    return convert(init_cfg) if isinstance(init_cfg, dict) else init_cfg

@@ -23,8 +23,7 @@ def run(*args):
 
 @pytest.fixture(scope='module')
 def images_dir(tmp_path_factory):
-    sys.path.insert(0, str(ROOT))
-    from tools.generate_demo_data import generate
+    from mmwf.datasets import generate
     out = tmp_path_factory.mktemp('demo')
     generate(str(out), size=64, train=2, val=3, seed=0)
     return out / 'coco' / 'val'

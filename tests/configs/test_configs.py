@@ -1,7 +1,6 @@
 """Every config builds; each real config runs one training and one test iteration on tiny inputs;
 parameter and FLOP counts and the recipe settings match the dense-prediction protocol (docs/protocol.md)."""
 import json
-import sys
 from glob import glob
 from importlib import import_module
 from pathlib import Path
@@ -116,8 +115,7 @@ def test_one_train_and_test_iteration(path):
 @pytest.fixture(scope='module')
 def paper_data(tmp_path_factory):
     """COCO-format and ADE20K-layout data of realistic image sizes: 2 training and 2 validation images each."""
-    sys.path.insert(0, str(ROOT))
-    from tools.generate_demo_data import write_ade, write_coco
+    from mmwf.datasets import write_ade, write_coco
     root = tmp_path_factory.mktemp('paper_data')
     rng = np.random.default_rng(0)
     write_coco(str(root / 'coco'), 'train', 2, (480, 640), rng)
@@ -209,7 +207,7 @@ def test_cascade_configs_follow_vitdet(name):
     assert roi.type == 'ViTDetCascadeRoIHead' and roi.stage_loss_weights == [1.0, 1.0, 1.0]
     assert [h.loss_bbox.type for h in roi.bbox_head] == ['L1Loss'] * 3
     assert all(h.reg_class_agnostic and h.norm_cfg.eps == 1e-6 for h in roi.bbox_head)
-    assert isinstance(roi.mask_head, dict) and roi.mask_head.norm_cfg.type == 'LN2d'
+    assert isinstance(roi.mask_head, dict) and roi.mask_head.norm_cfg.type == 'LayerNorm2d'
     assert [r.sampler.type for r in model.train_cfg.rcnn] == ['RandomSampler', 'PseudoSampler', 'PseudoSampler']
     sampler = model.train_cfg.rcnn[0].sampler
     assert (sampler.num, sampler.pos_fraction, sampler.add_gt_as_proposals) == (512, 0.25, True)

@@ -43,7 +43,7 @@ def test_weightformer_layer_ids(scope):
     assert groups['backbone.blocks.4.linear2.bias'] == (pytest.approx(0.7), 0.1)
     assert groups['backbone.norm.weight'] == (pytest.approx(1.0), 0.0)
     assert groups['neck.stages.0.0.weight'] == (pytest.approx(1.0), 0.1)
-    assert groups['neck.stages.0.1.weight'] == (pytest.approx(1.0), 0.0)  # LN2d
+    assert groups['neck.stages.0.1.weight'] == (pytest.approx(1.0), 0.0)  # LayerNorm2d
     assert len(groups) == sum(1 for _ in model.parameters())
 
 
@@ -89,13 +89,13 @@ def deit_detector():
 
 
 def test_vitdet_rule_exempts_the_backbone_norms_and_pos_embed_only():
-    """detectron2: torch norm layers (only the backbone's in ViTDet) and pos_embed; LN2d and biases decayed."""
+    """detectron2: torch norm layers (only the backbone's in ViTDet) and pos_embed; LayerNorm2d and biases decayed."""
     model = deit_detector()
     groups = lookup(build(model, layers=3, no_decay='vitdet'), model)
     no_wd = {n for n, (_, wd) in groups.items() if wd == 0.0}
     assert no_wd == {n for n in groups if n.startswith('backbone.') and '.norm' in n} | {'backbone.pos_embed'}
     assert groups['backbone.blocks.0.attn.qkv.bias'][1] == 0.1
-    assert groups['neck.stages.0.1.weight'][1] == 0.1  # LN2d of the pyramid
+    assert groups['neck.stages.0.1.weight'][1] == 0.1  # LayerNorm2d of the pyramid
 
 
 def test_beit_rule_exempts_every_1d_parameter_and_bias():

@@ -16,8 +16,9 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
+from analysis_args import add_input_args  # noqa: E402
+
 from mmwf.analysis import build_backbone, dynamic_strength, load_images, save_strength_png, strength_table  # noqa: E402
-from mmwf.analysis.inputs import add_input_args  # noqa: E402
 
 
 def main() -> None:

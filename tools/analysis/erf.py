@@ -18,8 +18,9 @@ import torch
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
+from analysis_args import add_input_args  # noqa: E402
+
 from mmwf.analysis import area_ratio, build_backbone, effective_receptive_field, load_images, save_erf_png  # noqa: E402
-from mmwf.analysis.inputs import add_input_args  # noqa: E402
 
 
 def main() -> None:

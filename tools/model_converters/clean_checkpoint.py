@@ -16,20 +16,12 @@ import sys
 import torch
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-from mmwf.utils.checkpoint import CheckpointError, UnsafeCheckpointError, load_weights_only  # noqa: E402
-
-
-def extract_tensors(ckpt: object) -> dict[str, torch.Tensor]:
-    for key in ('state_dict', 'model', 'module'):
-        if isinstance(ckpt, dict) and isinstance(ckpt.get(key), dict):
-            ckpt = ckpt[key]
-            break
-    if not isinstance(ckpt, dict):
-        raise ValueError('the file holds no state dict (expected tensors under state_dict / model)')
-    tensors = {k: v for k, v in ckpt.items() if isinstance(v, torch.Tensor)}
-    if not tensors:
-        raise ValueError('the file holds no tensors')
-    return tensors
+from mmwf.utils.checkpoint import (  # noqa: E402
+    CheckpointError,
+    UnsafeCheckpointError,
+    load_weights_only,
+    unwrap_state_dict,
+)
 
 
 def convert(src: str, dst: str, trust_source: bool) -> int:
@@ -46,7 +38,10 @@ def convert(src: str, dst: str, trust_source: bool) -> int:
                              f'(e.g. `pip install {missing.name}`)') from None
     except (FileNotFoundError, CheckpointError) as err:
         raise SystemExit(f'error: {err}') from None
-    tensors = extract_tensors(ckpt)
+    try:
+        tensors = unwrap_state_dict(ckpt, src)
+    except CheckpointError as err:
+        raise SystemExit(f'error: {err}') from None
     torch.save({'state_dict': tensors, 'meta': {'converted_from': src}}, dst)
     torch.load(dst, weights_only=True)  # the result must open safely
     print(f'wrote {len(tensors)} tensors to {dst}')

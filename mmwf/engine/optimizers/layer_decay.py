@@ -15,7 +15,7 @@ NORMS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm, nn.modules
 
 
 def norm_params(module: nn.Module) -> set[int]:
-    """ids of the parameters of every torch norm layer in ``module`` (LN2d included: it is an nn.LayerNorm)."""
+    """ids of the parameters of every torch norm layer in ``module`` (LayerNorm2d included: it is an nn.LayerNorm)."""
     return {id(p) for m in module.modules() if isinstance(m, NORMS) for p in m.parameters(recurse=False)}
 
 
@@ -37,7 +37,7 @@ def task_backbone(module: nn.Module) -> nn.Module:
 NO_DECAY_RULES: dict[str, Callable[[nn.Module], set[int]]] = {
     # every norm layer and the position embedding and class token (mmwf's default)
     'norms': lambda m: norm_params(m) | named(m, 'pos_embed', 'cls_token'),
-    # detectron2's ViTDet: torch norm layers (weight_decay_norm=0) and pos_embed; its LN2d in the pyramid and the
+    # detectron2's ViTDet: torch norm layers (weight_decay_norm=0) and pos_embed; its channel LN in the pyramid and the
     # heads is not a torch norm, and biases are decayed, so only the backbone's norms are exempt
     'vitdet': lambda m: norm_params(task_backbone(m)) | named(m, 'pos_embed'),
     # BEiT's / Vim's seg constructor: every 1-D parameter and every bias (its pos_embed / cls_token test compares

@@ -1,4 +1,5 @@
-from .deit import DeiT, SoftmaxAttention
+from .base import PlainBackbone
+from .deit import DeiT
 from .weightformer import WeightFormer
 
-__all__ = ['WeightFormer', 'DeiT', 'SoftmaxAttention']
+__all__ = ['PlainBackbone', 'WeightFormer', 'DeiT']

@@ -1,6 +1,6 @@
 """Attention-output distillation from a frozen softmax DeiT teacher during dense fine-tuning.
 
-L = L_task + lambda * sum_l MSE(A_s^l, A_t^l) (``linear_attention.md`` section 9): A^l is the output of
+L = L_task + lambda * sum_l MSE(A_s^l, A_t^l) (docs/linear_attention.md section 9): A^l is the output of
 ``blocks[l].attn`` (after ``proj``, before the residual add) of the student's and the teacher's backbone, each
 running on its own hidden states over the same preprocessed images.
 """
@@ -34,16 +34,18 @@ class AttentionDistiller(BaseModel):
     to its training losses; prediction is the student's.
 
     Args:
-        student: the task model's config (e.g. ``_base_.model`` of a Mask R-CNN or UperNet config).
-        teacher: a softmax ``DeiT`` backbone config with its checkpoint, e.g.
+        student (dict): the task model's config (e.g. ``_base_.model`` of a Mask R-CNN or UperNet config).
+        teacher (dict): a softmax ``DeiT`` backbone config with its checkpoint, e.g.
             ``dict(type='DeiT', arch='b', init_cfg=dict(type='Pretrained', checkpoint=...))``. It is frozen
             (no gradients, always in eval mode) and must have the student's depth and width and global
             attention (no windows).
-        loss_weight: lambda (50 in the paper for every operator, dataset and init).
-        reduction: over the blocks, ``'sum'`` (default) or ``'mean'``; each block's MSE is averaged over
-            batch, tokens and channels.
-        data_preprocessor: the student's when it has none of its own (mmengine's Runner passes a config's
-            top-level ``data_preprocessor`` here); the distiller always uses the student's.
+        loss_weight (float): lambda. Defaults to 50 (the paper's, for every operator, dataset and init).
+        reduction (str): over the blocks, ``'sum'`` or ``'mean'``; each block's MSE is averaged over batch,
+            tokens and channels. Defaults to ``'sum'``.
+        data_preprocessor (dict, optional): the student's when it has none of its own (mmengine's Runner passes
+            a config's top-level ``data_preprocessor`` here); the distiller always uses the student's. Defaults
+            to None.
+        init_cfg (dict, optional): mmengine init config. Defaults to None.
 
     Tokens compared: all of them when both networks have the same tokens; the teacher's patch tokens when the
     student has no class token (MHLA, TTT). Computed in fp32.

@@ -1,3 +1,11 @@
+from .attention import (
+                        AttentionBase,
+                        ELUAttention,
+                        InLineAttention,
+                        MHLAttention,
+                        ReLUAttention,
+                        SoftmaxAttention,
+)
 from .dynamic_dwconv import (
                              AdaptiveDynamicDWConv,
                              AmpDirDynamicDWConv,
@@ -15,11 +23,21 @@ from .dynamic_linear import (
                              NonlinearDynamicLinear,
                              StaticLinear,
 )
-from .linear_attention import ELUAttention, InLineAttention, MHLAttention, ReLUAttention
-from .norm import LN2d
+from .norm import LayerNorm2d
+from .tokens import (
+                     PatchEmbed,
+                     map_to_tokens,
+                     partition,
+                     pool_tokens,
+                     resample_grid_tokens,
+                     tokens_to_map,
+                     unpartition,
+)
 from .ttt_attention import TTTAttention
 
-__all__ = ['LN2d', 'DynamicLinear', 'GAPDynamicLinear', 'LinearDynamicLinear', 'NonlinearDynamicLinear',
+__all__ = ['LayerNorm2d', 'DynamicLinear', 'GAPDynamicLinear', 'LinearDynamicLinear', 'NonlinearDynamicLinear',
            'DeepDynamicLinear', 'BilateralDynamicLinear', 'StaticLinear', 'DynamicDWConv', 'GAPDynamicDWConv',
-           'AdaptiveDynamicDWConv', 'AmpDirDynamicDWConv', 'ConvDynamicDWConv', 'StaticDWConv', 'ELUAttention',
-           'ReLUAttention', 'InLineAttention', 'MHLAttention', 'TTTAttention']
+           'AdaptiveDynamicDWConv', 'AmpDirDynamicDWConv', 'ConvDynamicDWConv', 'StaticDWConv', 'AttentionBase',
+           'SoftmaxAttention', 'ELUAttention', 'ReLUAttention', 'InLineAttention', 'MHLAttention', 'TTTAttention',
+           'PatchEmbed', 'tokens_to_map', 'map_to_tokens', 'pool_tokens', 'partition', 'unpartition',
+           'resample_grid_tokens']

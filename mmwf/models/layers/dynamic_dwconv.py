@@ -13,7 +13,7 @@ from torch.nn.init import trunc_normal_
 
 from mmwf.registry import MODELS
 
-from .dynamic_linear import map_to_tokens, tokens_to_map
+from .tokens import map_to_tokens, tokens_to_map
 
 
 def unit_clip(dw: torch.Tensor) -> torch.Tensor:
@@ -22,7 +22,12 @@ def unit_clip(dw: torch.Tensor) -> torch.Tensor:
 
 
 class DynamicDWConv(nn.Module):
-    """Base class: per-sample depthwise conv with kernel w + dW(X). Subclasses implement :meth:`delta`."""
+    """Base class: per-sample depthwise conv with kernel w + dW(X). Subclasses implement :meth:`delta`.
+
+    Args:
+        dim (int): channels C.
+        kernel_size (int): K. Defaults to 3.
+    """
 
     def __init__(self, dim: int, kernel_size: int = 3) -> None:
         super().__init__()

@@ -13,28 +13,15 @@ from torch.nn.init import trunc_normal_
 
 from mmwf.registry import MODELS
 
-
-def tokens_to_map(x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-    """(B, H*W, C) tokens -> (B, C, H, W) view in channels-last memory (no copy)."""
-    return x.unflatten(1, hw).permute(0, 3, 1, 2)
-
-
-def map_to_tokens(x: torch.Tensor) -> torch.Tensor:
-    """(B, C, H, W) -> (B, H*W, C); free when ``x`` is channels-last."""
-    return x.permute(0, 2, 3, 1).flatten(1, 2)
-
-
-def pool_tokens(x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-    """AvgPool2d(2) of the token grid (floor for odd sizes), back as tokens (B, N', C)."""
-    return map_to_tokens(F.avg_pool2d(tokens_to_map(x, hw), 2))
+from .tokens import pool_tokens
 
 
 class DynamicLinear(nn.Module):
     """Base class: y = x (W0 + dW(X)) + b. Subclasses implement :meth:`delta`.
 
     Args:
-        in_features: Cin.
-        out_features: Cout.
+        in_features (int): Cin.
+        out_features (int): Cout.
     """
 
     def __init__(self, in_features: int, out_features: int) -> None:
@@ -141,6 +128,12 @@ class BilateralDynamicLinear(DynamicLinear):
     fewer multiply-adds: the release's (through (N', Cout) intermediates, cheap for few tokens) or
     w1^T (SiLU(A)^T SiLU(B)) w2 (independent of N' after the small core, cheap at high resolution).
     ``order='tokens'`` always takes the release's order (to count FLOPs as the paper did), ``'core'`` the other.
+
+    Args:
+        in_features (int): Cin.
+        out_features (int): Cout.
+        ratio (int): r, the rank reduction of the predictor. Defaults to 4.
+        order (str): ``'auto'``, ``'tokens'`` or ``'core'``. Defaults to ``'auto'``.
     """
 
     ORDERS = ('auto', 'tokens', 'core')

@@ -6,7 +6,7 @@ from mmwf.registry import MODELS
 
 
 @MODELS.register_module()
-class LN2d(nn.LayerNorm):
+class LayerNorm2d(nn.LayerNorm):
     """Channel-wise LayerNorm of a (B, C, H, W) map, as in ViTDet's simple feature pyramid.
 
     Returns a contiguous (B, C, H, W) tensor, not a permuted view: mmcv's RoIAlign reads its input's memory as

@@ -1,7 +1,7 @@
 """Test-time-training attention: the ViT^3 block (Han et al., CVPR 2026) with DeiT's head split.
 
 Two inner models are trained by one closed-form gradient step (eta = 1) on the image's own key-value pairs
-and then applied to the queries (``linear_attention.md`` section 6):
+and then applied to the queries (docs/linear_attention.md section 6):
 
 - per head, a simplified SwiGLU f(k) = (k W1) * SiLU(k W2) with fast weights W1, W2 (d x d);
 - one extra head of d channels, a 3 x 3 depthwise conv f(K2) = DWConv(K2; w3).
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from mmwf.registry import MODELS
 
-from .linear_attention import check_patch_tokens, merge_heads
+from .attention import check_patch_tokens, merge_heads
 
 
 def swiglu_inner_grads(k: torch.Tensor, v: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
@@ -62,6 +62,13 @@ class TTTAttention(nn.Module):
     (1, h, d, d) and ``w3`` (d, 1, 3, 3) are the inner models' initial weights. No class token.
 
     Tokens (B, H*W, C) in raster order on grid ``hw`` -> (B, H*W, C).
+
+    Args:
+        dim (int): token channels C.
+        num_heads (int): heads h of the SwiGLU branch (d = C / h channels each, and d in the conv head).
+        qkv_bias (bool): bias of ``qkv``. Defaults to True.
+        scale (float): s of the inner losses. Defaults to 1/3.
+        proj_drop (float): dropout after ``proj``. Defaults to 0.
     """
 
     with_cls_token = False

@@ -1,5 +1,5 @@
 """ViTDet's simple feature pyramid (Li et al., "Exploring Plain Vision Transformer Backbones for Object
-Detection", 2022), with channel-wise LayerNorm (LN2d), as detectron2's ``SimpleFeaturePyramid``."""
+Detection", 2022), with channel-wise LayerNorm (LayerNorm2d), as detectron2's ``SimpleFeaturePyramid``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -9,14 +9,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model import BaseModule
 
-from mmwf.models.layers import LN2d
+from mmwf.models.layers import LayerNorm2d
 from mmwf.registry import MODELS
 
 
 def conv_ln(in_channels: int, out_channels: int, kernel_size: int) -> nn.Sequential:
-    """Conv (no bias) -> LN2d."""
+    """Conv (no bias) -> LayerNorm2d."""
     return nn.Sequential(nn.Conv2d(in_channels, out_channels, kernel_size, padding=kernel_size // 2, bias=False),
-                         LN2d(out_channels, eps=1e-6))
+                         LayerNorm2d(out_channels, eps=1e-6))
 
 
 @MODELS.register_module()
@@ -24,16 +24,18 @@ class SimpleFeaturePyramid(BaseModule):
     """One 1/p map -> a pyramid with strides p/4, p/2, p, 2p (scale factors 4, 2, 1, 0.5) and a last level
     max-pooled from the coarsest (kernel 1, stride 2).
 
-    Scale 4: ConvTranspose 2x2 s2 -> LN2d -> GELU -> ConvTranspose 2x2 s2 (C -> C/2 -> C/4); scale 2: one
+    Scale 4: ConvTranspose 2x2 s2 -> LayerNorm2d -> GELU -> ConvTranspose 2x2 s2 (C -> C/2 -> C/4); scale 2: one
     ConvTranspose (C -> C/2); scale 1: identity; scale 0.5: MaxPool 2. Each level then takes a 1x1 and a
-    3x3 conv to ``out_channels``, each without bias and followed by LN2d.
+    3x3 conv to ``out_channels``, each without bias and followed by LayerNorm2d.
 
     Args:
-        in_channels: C of the backbone map.
-        out_channels: channels of every level.
-        scale_factors: resampling of each level.
-        num_outs: number of levels returned; one more than ``scale_factors`` adds the max-pooled level.
-        in_index: which backbone output to use.
+        in_channels (int): C of the backbone map.
+        out_channels (int): channels of every level. Defaults to 256.
+        scale_factors (Sequence[float]): resampling of each level. Defaults to (4.0, 2.0, 1.0, 0.5).
+        num_outs (int): number of levels returned; one more than ``scale_factors`` adds the max-pooled level.
+            Defaults to 5.
+        in_index (int): which backbone output to use. Defaults to -1.
+        init_cfg (dict | list[dict], optional): mmengine init config. Defaults to None.
 
     Input: tuple of (B, C, H, W) maps. Output: tuple of (B, out_channels, H*s, W*s) maps.
     """
@@ -49,7 +51,7 @@ class SimpleFeaturePyramid(BaseModule):
         self.stages = nn.ModuleList()
         for scale in scale_factors:
             if scale == 4.0:
-                layers, out_dim = [nn.ConvTranspose2d(dim, dim // 2, 2, 2), LN2d(dim // 2, eps=1e-6), nn.GELU(),
+                layers, out_dim = [nn.ConvTranspose2d(dim, dim // 2, 2, 2), LayerNorm2d(dim // 2, eps=1e-6), nn.GELU(),
                                    nn.ConvTranspose2d(dim // 2, dim // 4, 2, 2)], dim // 4
             elif scale == 2.0:
                 layers, out_dim = [nn.ConvTranspose2d(dim, dim // 2, 2, 2)], dim // 2

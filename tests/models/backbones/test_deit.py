@@ -40,11 +40,12 @@ def test_dense_backbone_skips_head_and_resamples_position_embedding(timm_deit, t
 
 
 def test_window_partition_round_trip():
-    from mmwf.models.backbones.deit import window_partition, window_unpartition
+    from mmwf.models.layers import partition, unpartition
     x = torch.randn(2, 5 * 7, 4)
-    windows, padded = window_partition(x, (5, 7), 3)
-    assert windows.shape == (2 * 2 * 3, 9, 4) and padded == (6, 9)
-    assert torch.equal(window_unpartition(windows, (5, 7), padded, 3), x)
+    windows = partition(x, (5, 7), (3, 3))
+    assert windows.shape == (2, 2 * 3, 9, 4)
+    assert torch.equal(windows[0, 1, :3], x[0, 3:6])  # second window of the first row: columns 3-5
+    assert torch.equal(unpartition(windows, (5, 7), (3, 3)), x)
 
 
 def test_windows_with_class_token_is_rejected():

@@ -12,7 +12,7 @@ SMALL = dict(embed_dims=32, depth=5, mlp_ratio=2)
 
 # ---------------------------------------------------------------- an independent, plain reference
 def released_state_dict(dim, depth, num_classes=1000, seed=0):
-    """Random tensors in the released checkpoint layout (shapes written from weightformer.md)."""
+    """Random tensors in the released checkpoint layout (shapes written from docs/weightformer.md)."""
     g = torch.Generator().manual_seed(seed)
 
     def r(*shape, std=0.05):
@@ -44,7 +44,7 @@ def released_state_dict(dim, depth, num_classes=1000, seed=0):
 
 
 def reference_forward(sd, img, depth):
-    """The formulas of weightformer.md, written out plainly (per-sample loops, explicit H and W)."""
+    """The formulas of docs/weightformer.md, written out plainly (per-sample loops, explicit H and W)."""
     def ln(t, name):
         return F.layer_norm(t, t.shape[-1:], sd[name + '.weight'], sd[name + '.bias'], 1e-6)
 

@@ -3,7 +3,7 @@ import torch
 from mmengine.analysis import FlopAnalyzer
 
 from mmwf.models.backbones import WeightFormer
-from mmwf.models.layers import LN2d
+from mmwf.models.layers import LayerNorm2d
 from mmwf.models.necks import SimpleFeaturePyramid
 
 
@@ -18,7 +18,7 @@ def test_levels_and_strides():
 
 def test_roi_align_sees_the_pyramid_values():
     """mmcv's RoIAlign reads its input's memory as NCHW: on every level it must give the RoI features of a
-    contiguous copy (a channels-last view from LN2d once scrambled every RoI the cascade heads saw)."""
+    contiguous copy (a channels-last view from LayerNorm2d once scrambled every RoI the cascade heads saw)."""
     from mmcv.ops import roi_align
     neck = SimpleFeaturePyramid(32, out_channels=16).eval()
     with torch.no_grad():
@@ -33,7 +33,7 @@ def test_roi_align_sees_the_pyramid_values():
 
 
 def test_ln2d_is_channel_layernorm():
-    ln = LN2d(8)
+    ln = LayerNorm2d(8)
     with torch.no_grad():
         ln.weight.normal_()
         ln.bias.normal_()

@@ -1,11 +1,10 @@
-"""Helpers for tools/train.py and tools/test.py: device adaptation and dataset checks."""
+"""Running a config: dataset checks, adaptation to the device, CPU distribution, the runner."""
 from __future__ import annotations
 
-import argparse
 import os
 
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.logging import print_log
 
 DATASET_HELP = {
@@ -79,27 +78,6 @@ def adapt_to_device(cfg: Config) -> None:
         print_log('no CUDA device: AmpOptimWrapper -> OptimWrapper (fp32)', logger='current')
     if _replace_sync_bn(cfg.model):
         print_log('no CUDA device: SyncBN -> BN', logger='current')
-
-
-def add_runner_args(parser: argparse.ArgumentParser) -> None:
-    """The options tools/train.py and tools/test.py share."""
-    parser.add_argument('--work-dir', help='where logs (and checkpoints) go (default ./work_dirs/<config>)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config keys: k=v')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-
-
-def load_tool_config(args: argparse.Namespace) -> Config:
-    """The config as tools/train.py and tools/test.py use it: overrides merged, launcher set, work_dir
-    defaulting to ./work_dirs/<config name>; LOCAL_RANK exported for the launcher."""
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    cfg.launcher = args.launcher
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or os.path.join(
-        './work_dirs', os.path.splitext(os.path.basename(args.config))[0])
-    return cfg
 
 
 def build_runner(cfg: Config, splits: tuple[str, ...]):

@@ -4,8 +4,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmwf.models.layers import ELUAttention, InLineAttention, MHLAttention, ReLUAttention, TTTAttention
-from mmwf.models.layers.linear_attention import block_distance_mixing, split_heads
+from mmwf.models.layers import (
+    ELUAttention,
+    InLineAttention,
+    MHLAttention,
+    ReLUAttention,
+    TTTAttention,
+    partition,
+    unpartition,
+)
+from mmwf.models.layers.attention import block_distance_mixing, split_heads
 from mmwf.models.layers.ttt_attention import dwconv_inner_grad, swiglu_inner_grads
 from tests.cost import TensorShapes, saved_bytes
 
@@ -85,7 +93,10 @@ def test_mhla_normalisers_differ_with_mixing_and_partition_round_trips():
     textbook.load_state_dict(official.state_dict())
     assert (official(x, (6, 8)) - textbook(x, (6, 8))).abs().max() > 1e-3
     t = torch.randn(2, 3, 7 * 9, 5)
-    torch.testing.assert_close(official.unpartition(official.partition(t, (7, 9)), (7, 9)), t, rtol=0, atol=0)
+    block = official.block_size((7, 9))
+    blocks = partition(t, (7, 9), block, official.blocks)
+    assert block == (4, 5) and blocks.shape == (2, 3, 4, 20, 5)
+    torch.testing.assert_close(unpartition(blocks, (7, 9), block, official.blocks), t, rtol=0, atol=0)
 
 
 def test_mhla_mixing_init_matches_the_release_values():

@@ -1,10 +1,11 @@
-"""Linear-complexity replacements for softmax attention in DeiT: ELU, ReLU, InLine and MHLA.
+"""Attention operators for DeiT, all in timm's shapes: softmax attention and its linear-complexity replacements
+ELU, ReLU, InLine and MHLA (TTT is in ``ttt_attention.py``).
 
 Every operator keeps timm's projection names and shapes (``qkv`` Linear(C, 3C) with bias, ``proj``
 Linear(C, C)), so softmax DeiT weights transfer; heads of d = C / h channels as DeiT splits them. Each maps
-tokens x (B, N, C) on the patch grid ``hw`` to (B, N, C) at O(N C d) cost. Sums over tokens and the
-normalising division run in fp32 (autocast off): in fp16 they overflow for large N.
-Spec: ``linear_attention.md`` sections 2-5 (equations referenced below).
+tokens x (B, N, C) on the patch grid ``hw`` to (B, N, C); the linear ones at O(N C d) cost. Their sums over tokens
+and normalising divisions run in fp32 (autocast off): in fp16 they overflow for large N.
+Sections cited below are those of docs/linear_attention.md.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmwf.registry import MODELS
+
+from .tokens import partition, unpartition
 
 
 def split_heads(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -54,11 +57,18 @@ def kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, eps: flo
     return out.to(dtype)
 
 
-class LinearAttentionBase(nn.Module):
-    """timm-shaped projections shared by the linear operators (``qkv``, ``proj``).
+class AttentionBase(nn.Module):
+    """timm-shaped projections shared by the attention operators: ``qkv`` Linear(C, 3C), heads split, a per-head
+    token mixing (:meth:`mix`), heads merged, ``proj`` Linear(C, C).
 
-    ``with_cls_token``: whether the operator accepts a class token (MHLA and TTT need the tokens to be
-    exactly the H x W grid).
+    Args:
+        dim (int): token channels C.
+        num_heads (int): heads h (C must be divisible by h).
+        qkv_bias (bool): bias of ``qkv``. Defaults to True.
+        proj_drop (float): dropout after ``proj``. Defaults to 0.
+
+    ``with_cls_token``: whether the operator accepts a class token (MHLA and TTT need the tokens to be exactly
+    the H x W grid).
     """
 
     with_cls_token = True
@@ -83,7 +93,16 @@ class LinearAttentionBase(nn.Module):
 
 
 @MODELS.register_module()
-class ELUAttention(LinearAttentionBase):
+class SoftmaxAttention(AttentionBase):
+    """Softmax multi-head self-attention (DeiT / timm): softmax(q k^T / sqrt(d)) v per head, fused
+    (``scaled_dot_product_attention``). ``hw`` is unused."""
+
+    def mix(self, q, k, v, hw):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+@MODELS.register_module()
+class ELUAttention(AttentionBase):
     """Katharopoulos et al. (2020): phi(x) = ELU(x) + 1 on raw q, k (no temperature), eps = 1e-6."""
 
     def __init__(self, dim: int, num_heads: int, eps: float = 1e-6, **kwargs) -> None:
@@ -95,7 +114,7 @@ class ELUAttention(LinearAttentionBase):
 
 
 @MODELS.register_module()
-class ReLUAttention(LinearAttentionBase):
+class ReLUAttention(AttentionBase):
     """ReLU linear attention: phi = ReLU (scale-invariant, so no temperature), eps = 1e-6. A token whose
     phi(q) is zero gets a zero output."""
 
@@ -108,7 +127,7 @@ class ReLUAttention(LinearAttentionBase):
 
 
 @MODELS.register_module()
-class InLineAttention(LinearAttentionBase):
+class InLineAttention(AttentionBase):
     """InLine attention (Han et al., 2024), attention-only form (no local residual branch).
 
     Weights A_ij = (s/N) q_i^T k_j + (1/N)(1 - s q_i^T kbar), s = d^-1/2 (rows sum to 1), evaluated in the
@@ -126,7 +145,7 @@ class InLineAttention(LinearAttentionBase):
 
 
 def block_distance_mixing(grid: tuple[int, int], transform: str = 'cos') -> torch.Tensor:
-    """MHLA's initial mixing matrix M (P x P) for a P_h x P_w block layout (section 5.3): m = f(D / max D) of the
+    """MHLA's initial mixing matrix M (P x P) for a P_h x P_w block layout (section 5): m = f(D / max D) of the
     distances between block centres (row-major block index), each column normalised to sum 1."""
     rows, cols = grid
     centres = torch.tensor([(r + 0.5, c + 0.5) for r in range(rows) for c in range(cols)], dtype=torch.float64)
@@ -142,7 +161,7 @@ def block_distance_mixing(grid: tuple[int, int], transform: str = 'cos') -> torc
 
 
 @MODELS.register_module()
-class MHLAttention(LinearAttentionBase):
+class MHLAttention(AttentionBase):
     """Multi-head linear attention (Zhang et al., ICLR 2026), token-level blocks (section 5).
 
     The grid is cut into a fixed ``blocks`` = P_h x P_w layout (2 x 2 by default, so the learned P x P mixing
@@ -156,6 +175,15 @@ class MHLAttention(LinearAttentionBase):
     - ``'textbook'``: n_{p,i} = phi(q_{p,i})^T sum_p' M[p, p'] z_p' + 1e-6.
 
     No class token: tokens must be exactly the H x W grid, in raster order.
+
+    Args:
+        dim (int): token channels C.
+        num_heads (int): heads h.
+        blocks (tuple[int, int]): block layout (P_h, P_w). Defaults to (2, 2).
+        normalizer (str): ``'official'`` or ``'textbook'``. Defaults to ``'official'``.
+        mixing_init (str): init of M from block distances, ``'cos'`` or ``'linear'``. Defaults to ``'cos'``.
+        lepe_kernel (int): kernel of the LePE depthwise conv. Defaults to 5.
+        **kwargs: ``qkv_bias``, ``proj_drop`` of :class:`AttentionBase`.
     """
 
     with_cls_token = False
@@ -169,22 +197,9 @@ class MHLAttention(LinearAttentionBase):
         self.lepe = nn.Conv2d(dim, dim, lepe_kernel, padding=lepe_kernel // 2, groups=dim)
         self.block_mixing = nn.Parameter(block_distance_mixing(self.blocks, mixing_init))
 
-    def partition(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-        """(B, h, H*W, d) raster -> (B, h, P, w, d) blocks, zero-padded to equal block sizes."""
-        B, h, _, d = x.shape
-        (H, W), (ph, pw) = hw, self.blocks
-        bh, bw = -(-H // ph), -(-W // pw)
-        x = F.pad(x.reshape(B, h, H, W, d), (0, 0, 0, pw * bw - W, 0, ph * bh - H))
-        x = x.reshape(B, h, ph, bh, pw, bw, d).transpose(3, 4)
-        return x.reshape(B, h, ph * pw, bh * bw, d)
-
-    def unpartition(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-        """Inverse of :meth:`partition`: (B, h, P, w, d) -> (B, h, H*W, d)."""
-        B, h, _, _, d = x.shape
-        (H, W), (ph, pw) = hw, self.blocks
-        bh, bw = -(-H // ph), -(-W // pw)
-        x = x.reshape(B, h, ph, pw, bh, bw, d).transpose(3, 4).reshape(B, h, ph * bh, pw * bw, d)
-        return x[:, :, :H, :W].reshape(B, h, H * W, d)
+    def block_size(self, hw: tuple[int, int]) -> tuple[int, int]:
+        """Tokens per block (ceil(H / P_h), ceil(W / P_w)) for the fixed block layout."""
+        return -(-hw[0] // self.blocks[0]), -(-hw[1] // self.blocks[1])
 
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         """Patch tokens (B, H*W, C) in raster order on grid ``hw`` -> (B, H*W, C)."""
@@ -198,12 +213,17 @@ class MHLAttention(LinearAttentionBase):
 
     def mix(self, q, k, v, hw):
         dtype, acc = v.dtype, accumulation_dtype(v)
-        valid = self.partition(q.new_ones(1, 1, q.shape[-2], 1, dtype=acc), hw)
+        block = self.block_size(hw)
+
+        def blocks(t: torch.Tensor) -> torch.Tensor:  # (B, h, H*W, d) -> (B, h, P, w, d), zero-padded
+            return partition(t, hw, block, self.blocks)
+
+        valid = blocks(q.new_ones(1, 1, q.shape[-2], 1, dtype=acc))
         with torch.autocast(q.device.type, enabled=False):
             m = self.block_mixing.to(acc)
-            q = self.partition(F.relu(q.to(acc)) + 1e-6, hw) * valid
-            k = self.partition(F.relu(k.to(acc)) + 1e-6, hw) * valid
-            v = self.partition(v.to(acc), hw)
+            q = blocks(F.relu(q.to(acc)) + 1e-6) * valid
+            k = blocks(F.relu(k.to(acc)) + 1e-6) * valid
+            v = blocks(v.to(acc))
             kv = torch.einsum('qp,bhpde->bhqde', m, k.transpose(-2, -1) @ v)
             z = k.sum(-2)
             if self.normalizer == 'official':
@@ -211,4 +231,4 @@ class MHLAttention(LinearAttentionBase):
             else:
                 den = (q * torch.einsum('qp,bhpd->bhqd', m, z).unsqueeze(-2)).sum(-1, keepdim=True)
             out = (q @ kv) / (den + 1e-6)
-        return self.unpartition(out, hw).to(dtype)
+        return unpartition(out, hw, block, self.blocks).to(dtype)

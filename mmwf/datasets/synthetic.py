@@ -1,0 +1,127 @@
+"""The synthetic demo datasets (seeded, deterministic): coloured shapes on textured backgrounds.
+
+- COCO instance format: ``coco/{train,val}/*.jpg`` and ``coco/annotations/instances_{train,val}.json`` with
+  polygon masks; categories circle, square, triangle.
+- ADE20K layout: ``ade/images/{training,validation}/*.jpg`` and ``ade/annotations/{training,validation}/*.png``;
+  labels 1 = background, 2 = circle, 3 = square, 4 = triangle (0 is reserved, as ADE20K's "other", and ignored
+  with ``reduce_zero_label``).
+- ``checkpoints/deit_t_softmax.pth``: a seeded, randomly initialised softmax DeiT-T in timm's layout, the stand-in
+  for the ImageNet checkpoint in the linear-attention transfer / distillation demos.
+
+The command line is ``tools/generate_demo_data.py``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import os.path as osp
+
+import cv2
+import numpy as np
+
+CLASSES = ('circle', 'square', 'triangle')
+# each class has its own saturated colour family (jittered per object), so that a model trained from scratch
+# for a few minutes on a CPU can learn the task; shapes still decide the masks and boxes
+CLASS_COLOURS = np.array([[40, 40, 230], [40, 210, 40], [230, 60, 40]], np.float32)  # BGR: red, green, blue
+
+
+def background(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
+    """Smooth, muted colour noise plus faint stripes: a texture the model must learn to ignore."""
+    coarse = rng.uniform(70, 190, (4, 4, 3)).astype(np.float32)
+    img = cv2.resize(coarse, (width, height), interpolation=cv2.INTER_CUBIC)
+    yy, xx = np.mgrid[0:height, 0:width]
+    angle, freq = rng.uniform(0, np.pi), rng.uniform(0.05, 0.2)
+    stripes = 12 * np.sin(freq * (np.cos(angle) * xx + np.sin(angle) * yy))
+    img = img + stripes[..., None] + rng.normal(0, 6, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def shape_polygon(rng: np.random.Generator, cls: int, height: int, width: int) -> np.ndarray:
+    """Polygon (K, 2) of one object, inside the image."""
+    r = rng.uniform(0.12, 0.25) * min(height, width)
+    cx, cy = rng.uniform(r + 2, np.array([width, height]) - r - 2)
+    if cls == 0:
+        angles = np.linspace(0, 2 * np.pi, 32, endpoint=False)
+    elif cls == 1:
+        angles = np.linspace(0, 2 * np.pi, 4, endpoint=False) + rng.uniform(0, np.pi / 2)
+    else:
+        angles = np.linspace(0, 2 * np.pi, 3, endpoint=False) + rng.uniform(0, 2 * np.pi)
+    return np.stack([cx + r * np.cos(angles), cy + r * np.sin(angles)], 1)
+
+
+def image_shape(size: int | tuple[int, int]) -> tuple[int, int]:
+    """(height, width) of a square ``size`` or of a ``(height, width)`` pair."""
+    return (size, size) if isinstance(size, int) else tuple(size)
+
+
+def make_image(rng: np.random.Generator, size: int | tuple[int, int],
+               max_objects: int) -> tuple[np.ndarray, list, np.ndarray]:
+    """An image of ``size`` (square, or (height, width)), its objects [(class, polygon)] and a label map
+    (1 background, 2.. classes)."""
+    height, width = image_shape(size)
+    img = background(rng, height, width)
+    labels = np.ones((height, width), np.uint8)
+    objects = []
+    for _ in range(rng.integers(1, max_objects + 1)):
+        cls = int(rng.integers(len(CLASSES)))
+        poly = shape_polygon(rng, cls, height, width)
+        mask = np.zeros((height, width), np.uint8)
+        cv2.fillPoly(mask, [np.round(poly).astype(np.int32)], 1)
+        if (mask.astype(bool) & (labels > 1)).any():
+            continue  # keep objects disjoint so polygons and label maps agree exactly
+        img[mask > 0] = np.clip(CLASS_COLOURS[cls] + rng.uniform(-50, 50, 3), 0, 255).astype(np.uint8)
+        labels[mask > 0] = cls + 2
+        objects.append((cls, poly))
+    return img, objects, labels
+
+
+def write_coco(root: str, split: str, count: int, size: int | tuple[int, int], rng: np.random.Generator) -> None:
+    os.makedirs(osp.join(root, split), exist_ok=True)
+    os.makedirs(osp.join(root, 'annotations'), exist_ok=True)
+    images, annotations = [], []
+    for i in range(count):
+        img, objects, _ = make_image(rng, size, max_objects=3)
+        name = f'{i:05d}.jpg'
+        cv2.imwrite(osp.join(root, split, name), img, [cv2.IMWRITE_JPEG_QUALITY, 95])
+        height, width = image_shape(size)
+        images.append(dict(id=i + 1, file_name=name, width=width, height=height))
+        for cls, poly in objects:
+            x0, y0 = poly.min(0)
+            x1, y1 = poly.max(0)
+            area = float(cv2.contourArea(poly.astype(np.float32)))
+            annotations.append(dict(id=len(annotations) + 1, image_id=i + 1, category_id=cls + 1, iscrowd=0,
+                                    bbox=[float(x0), float(y0), float(x1 - x0), float(y1 - y0)], area=area,
+                                    segmentation=[poly.round(2).flatten().tolist()]))
+    categories = [dict(id=i + 1, name=name) for i, name in enumerate(CLASSES)]
+    with open(osp.join(root, 'annotations', f'instances_{split}.json'), 'w') as f:
+        json.dump(dict(images=images, annotations=annotations, categories=categories), f)
+
+
+def write_ade(root: str, split: str, count: int, size: int | tuple[int, int], rng: np.random.Generator) -> None:
+    for sub in ('images', 'annotations'):
+        os.makedirs(osp.join(root, sub, split), exist_ok=True)
+    for i in range(count):
+        img, _, labels = make_image(rng, size, max_objects=4)
+        cv2.imwrite(osp.join(root, 'images', split, f'{i:05d}.jpg'), img, [cv2.IMWRITE_JPEG_QUALITY, 95])
+        cv2.imwrite(osp.join(root, 'annotations', split, f'{i:05d}.png'), labels)
+
+
+def write_softmax_deit(path: str, seed: int) -> None:
+    """A random softmax DeiT-T (timm keys, class token, final norm), seeded."""
+    import torch
+
+    from mmwf.models.backbones import DeiT
+    os.makedirs(osp.dirname(path), exist_ok=True)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        torch.save(DeiT('t').state_dict(), path)
+
+
+def generate(out: str = 'data/demo', size: int = 128, train: int = 160, val: int = 40, seed: int = 0) -> None:
+    """Write both demo datasets and the stand-in softmax checkpoint under ``out`` (deterministic for a seed)."""
+    write_softmax_deit(osp.join(out, 'checkpoints', 'deit_t_softmax.pth'), seed)
+    rng = np.random.default_rng(seed)
+    write_coco(osp.join(out, 'coco'), 'train', train, size, rng)
+    write_coco(osp.join(out, 'coco'), 'val', val, size, rng)
+    write_ade(osp.join(out, 'ade'), 'training', train, size, rng)
+    write_ade(osp.join(out, 'ade'), 'validation', val, size, rng)

@@ -1,0 +1,64 @@
+"""The plain-backbone skeleton shared by WeightFormer and DeiT."""
+import pytest
+import torch
+
+import mmwf  # noqa: F401
+from mmwf.models.backbones import DeiT, WeightFormer
+
+TINY_WF = dict(embed_dims=32, depth=4, mlp_ratio=2)
+TINY_DEIT = dict(embed_dims=32, depth=3, num_heads=2, mlp_ratio=2)
+
+
+@pytest.mark.parametrize('grad', [False, True], ids=['inference', 'training'])
+@pytest.mark.parametrize('build', [lambda: WeightFormer(TINY_WF, dynamic_blocks=[0, 2]), lambda: DeiT(TINY_DEIT)],
+                         ids=['weightformer', 'deit'])
+def test_forward_hooks_see_final_tensors(build, grad):
+    """No module's output is changed in place after its forward hooks have seen it."""
+    model = build().eval()
+    seen = []
+    for module in model.modules():
+        module.register_forward_hook(
+            lambda m, i, o: seen.append((o, o.detach().clone())) if isinstance(o, torch.Tensor) else None)
+    with torch.set_grad_enabled(grad):
+        model(torch.randn(2, 3, 64, 48))
+    assert len(seen) > 20
+    changed = [i for i, (out, copy) in enumerate(seen) if not torch.equal(out.detach(), copy)]
+    assert not changed
+
+
+def test_in_place_inference_without_hooks_matches_out_of_place():
+    model = WeightFormer(TINY_WF, dynamic_blocks=[0, 2]).eval()
+    x = torch.randn(2, 3, 64, 48)
+    with torch.no_grad():
+        fast = model(x)[0]  # no hooks: GELU and residual adds in place
+    model.blocks[0].register_forward_hook(lambda m, i, o: None)
+    with torch.no_grad():
+        hooked = model(x)[0]
+    torch.testing.assert_close(fast, hooked, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize('build', [lambda: WeightFormer(TINY_WF, num_classes=5, with_cp=True),
+                                   lambda: DeiT(TINY_DEIT, num_classes=5, with_cp=True)], ids=['weightformer', 'deit'])
+def test_classifier_path_checkpoints_blocks_too(build, monkeypatch):
+    import torch.utils.checkpoint as cp
+    calls = []
+    original = cp.checkpoint
+    monkeypatch.setattr(cp, 'checkpoint', lambda *a, **k: calls.append(1) or original(*a, **k))
+    model = build().train()
+    model.forward_classifier(torch.randn(2, 3, 32, 32)).sum().backward()
+    assert len(calls) == model.depth
+
+
+@pytest.mark.parametrize('init_cfg', [dict(type='Pretrained'), [dict(type='Pretrained')]], ids=['dict', 'list'])
+def test_pretrained_init_is_strict_as_a_dict_or_in_a_list(init_cfg, tmp_path):
+    """mmengine's own Pretrained would skip what does not match; ours refuses, however init_cfg is given."""
+    path = tmp_path / 'other_size.pth'
+    torch.save(WeightFormer(dict(TINY_WF, embed_dims=48)).state_dict(), path)
+    cfg = ([dict(c, checkpoint=str(path)) for c in init_cfg] if isinstance(init_cfg, list)
+           else dict(init_cfg, checkpoint=str(path)))
+    model = WeightFormer(TINY_WF, init_cfg=cfg)
+    with pytest.raises(ValueError, match='does not match WeightFormer'):
+        model.init_weights()
+    good = tmp_path / 'same.pth'
+    torch.save({'state_dict': WeightFormer(TINY_WF, num_classes=10).state_dict()}, good)  # head skipped
+    WeightFormer(TINY_WF, init_cfg=[dict(type='Pretrained', checkpoint=str(good))]).init_weights()
