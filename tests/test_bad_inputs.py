@@ -179,6 +179,10 @@ CASES = [
      ['data/coco/', 'cocodataset.org', 'data_root=PATH', 'generate_demo_data.py']),
     ('ADE20K not downloaded', lambda t: missing_dataset('configs/upernet_wf_t_ade20k.py'), FileNotFoundError,
      ['ADEChallengeData2016', 'MIT Scene Parsing Benchmark', 'configs/demo/']),
+    ('ImageNet not downloaded', lambda t: missing_dataset('configs/imagenet/weightformer_t_in1k.py'),
+     FileNotFoundError, ['data/imagenet', 'ILSVRC2012', 'image-net.org', 'data_root=PATH']),
+    ('classifier head without classes', lambda t: lambda: WeightFormer(TINY_WF, out_type='logits'), ValueError,
+     ["out_type='logits' needs num_classes > 0"]),
     # precision
     ('NaN / inf loss', lambda t: nan_loss_iteration, FloatingPointError,
      ['iteration 42', 'loss=nan', 'loss_bbox=inf', 'loss_cls=0.7', 'clip_grad', '--resume']),

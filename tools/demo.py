@@ -4,6 +4,7 @@ WeightFormer-T demo and the UperNet WeightFormer-T demo from scratch, print box 
     python tools/demo.py                      # what `make demo` runs (about 16 minutes on 2 CPU cores)
     python tools/demo.py --tasks seg --max-iters 20 --work-dir /tmp/demo
     python tools/demo.py --tasks distill-seg  # DeiT-T ReLU student distilled from softmax DeiT-T in UperNet
+    python tools/demo.py --tasks cls distill-cls  # ImageNet-style classification: WeightFormer-T; DeiT-T ReLU student
 
 The ``distill-*`` tasks also print ``loss_distill`` at the first and the last logged iteration.
 """
@@ -24,7 +25,10 @@ TASKS = {
     'seg': ('configs/demo/upernet_wf_t_demo.py', ('mIoU', 'aAcc')),
     'distill-seg': ('configs/demo/upernet_deit_relu_distill_demo.py', ('mIoU', 'aAcc')),
     'distill-det': ('configs/demo/cascade_deit_ttt_distill_demo.py', ('coco/bbox_mAP', 'coco/bbox_mAP_50')),
+    'cls': ('configs/demo/weightformer_t_cls_demo.py', ('accuracy/top1',)),
+    'distill-cls': ('configs/demo/deit_relu_distill_cls_demo.py', ('accuracy/top1',)),
 }
+DATA = {'det': 'coco/', 'seg': 'ade', 'cls': 'cls'}  # demo data folder of each task kind
 DEFAULT_TASKS = ('det', 'seg')
 
 
@@ -62,8 +66,9 @@ def main() -> None:
     check_stack(require_mmcv_ops=True)
 
     expected = [osp.join(args.data_root, 'coco', 'annotations', 'instances_train.json'),
-                osp.join(args.data_root, 'checkpoints', 'deit_t_softmax.pth')]
-    if not all(osp.isfile(f) for f in expected):
+                osp.join(args.data_root, 'checkpoints', 'deit_t_softmax.pth'),
+                osp.join(args.data_root, 'cls', 'val', 'triangle')]
+    if not all(osp.exists(f) for f in expected):
         print(f'generating demo data in {args.data_root}', flush=True)
         generate(args.data_root, train=args.num_images[0], val=args.num_images[1])
     os.makedirs(args.work_dir, exist_ok=True)
@@ -71,7 +76,7 @@ def main() -> None:
     for task in args.tasks:
         config, keys = TASKS[task]
         work_dir = osp.join(args.work_dir, task)
-        root = osp.join(args.data_root, 'coco/' if task.endswith('det') else 'ade')
+        root = osp.join(args.data_root, DATA[task.split('-')[-1]])
         options = [f'train_dataloader.dataset.data_root={root}', f'val_dataloader.dataset.data_root={root}',
                    f'test_dataloader.dataset.data_root={root}']
         if task.startswith('distill'):

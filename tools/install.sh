@@ -82,8 +82,9 @@ PYEOF
   "${PIP[@]}" --no-deps "$WHEEL_DIR"/mmcv-*.whl || fail "installing the cached mmcv wheel failed; delete $WHEEL_DIR and re-run"
 fi
 
-step "mmdet / mmsegmentation"
-"${PIP[@]}" "mmdet==3.3.0" "mmsegmentation==1.2.2" || fail "pip could not install mmdet==3.3.0 / mmsegmentation==1.2.2"
+step "mmdet / mmsegmentation / mmpretrain"
+"${PIP[@]}" "mmdet==3.3.0" "mmsegmentation==1.2.2" "mmpretrain==1.2.0" \
+  || fail "pip could not install mmdet==3.3.0 / mmsegmentation==1.2.2 / mmpretrain==1.2.0"
 
 step "mmwf (editable) and test tools"
 "${PIP[@]}" --no-build-isolation --no-deps -e "$ROOT" || fail "pip install -e . failed"

@@ -5,6 +5,7 @@
 - ADE20K layout: ``ade/images/{training,validation}/*.jpg`` and ``ade/annotations/{training,validation}/*.png``;
   labels 1 = background, 2 = circle, 3 = square, 4 = triangle (0 is reserved, as ADE20K's "other", and ignored
   with ``reduce_zero_label``).
+- ImageNet-style folders: ``cls/{train,val}/{circle,square,triangle}/*.jpg``, one shape per image.
 - ``checkpoints/deit_t_softmax.pth``: a seeded, randomly initialised softmax DeiT-T in timm's layout, the stand-in
   for the ImageNet checkpoint in the linear-attention transfer / distillation demos.
 
@@ -54,24 +55,24 @@ def image_shape(size: int | tuple[int, int]) -> tuple[int, int]:
     return (size, size) if isinstance(size, int) else tuple(size)
 
 
-def make_image(rng: np.random.Generator, size: int | tuple[int, int],
-               max_objects: int) -> tuple[np.ndarray, list, np.ndarray]:
+def make_image(rng: np.random.Generator, size: int | tuple[int, int], max_objects: int,
+               cls: int | None = None) -> tuple[np.ndarray, list, np.ndarray]:
     """An image of ``size`` (square, or (height, width)), its objects [(class, polygon)] and a label map
-    (1 background, 2.. classes)."""
+    (1 background, 2.. classes); every object of class ``cls`` when it is given, else of random classes."""
     height, width = image_shape(size)
     img = background(rng, height, width)
     labels = np.ones((height, width), np.uint8)
     objects = []
     for _ in range(rng.integers(1, max_objects + 1)):
-        cls = int(rng.integers(len(CLASSES)))
-        poly = shape_polygon(rng, cls, height, width)
+        obj_cls = int(rng.integers(len(CLASSES))) if cls is None else cls
+        poly = shape_polygon(rng, obj_cls, height, width)
         mask = np.zeros((height, width), np.uint8)
         cv2.fillPoly(mask, [np.round(poly).astype(np.int32)], 1)
         if (mask.astype(bool) & (labels > 1)).any():
             continue  # keep objects disjoint so polygons and label maps agree exactly
-        img[mask > 0] = np.clip(CLASS_COLOURS[cls] + rng.uniform(-50, 50, 3), 0, 255).astype(np.uint8)
-        labels[mask > 0] = cls + 2
-        objects.append((cls, poly))
+        img[mask > 0] = np.clip(CLASS_COLOURS[obj_cls] + rng.uniform(-50, 50, 3), 0, 255).astype(np.uint8)
+        labels[mask > 0] = obj_cls + 2
+        objects.append((obj_cls, poly))
     return img, objects, labels
 
 
@@ -117,11 +118,24 @@ def write_softmax_deit(path: str, seed: int) -> None:
         torch.save(DeiT('t').state_dict(), path)
 
 
+def write_classification(root: str, split: str, count: int, size: int | tuple[int, int],
+                         rng: np.random.Generator) -> None:
+    """An ImageNet-style folder: ``root/split/<class>/*.jpg``, one shape per image, classes in turn."""
+    for i in range(count):
+        cls = i % len(CLASSES)
+        img, _, _ = make_image(rng, size, max_objects=1, cls=cls)
+        os.makedirs(osp.join(root, split, CLASSES[cls]), exist_ok=True)
+        cv2.imwrite(osp.join(root, split, CLASSES[cls], f'{i:05d}.jpg'), img, [cv2.IMWRITE_JPEG_QUALITY, 95])
+
+
 def generate(out: str = 'data/demo', size: int = 128, train: int = 160, val: int = 40, seed: int = 0) -> None:
-    """Write both demo datasets and the stand-in softmax checkpoint under ``out`` (deterministic for a seed)."""
+    """Write the demo datasets (COCO, ADE20K layout, an ImageNet-style folder with twice ``train`` images) and the
+    stand-in softmax checkpoint under ``out`` (deterministic for a seed)."""
     write_softmax_deit(osp.join(out, 'checkpoints', 'deit_t_softmax.pth'), seed)
     rng = np.random.default_rng(seed)
     write_coco(osp.join(out, 'coco'), 'train', train, size, rng)
     write_coco(osp.join(out, 'coco'), 'val', val, size, rng)
     write_ade(osp.join(out, 'ade'), 'training', train, size, rng)
     write_ade(osp.join(out, 'ade'), 'validation', val, size, rng)
+    write_classification(osp.join(out, 'cls'), 'train', 2 * train, size, rng)
+    write_classification(osp.join(out, 'cls'), 'val', val, size, rng)

@@ -12,6 +12,9 @@ DATASET_HELP = {
                     'cocodataset.org, placed under data/coco/'),
     'ADE20KDataset': ('ADE20K (ADEChallengeData2016: images/ and annotations/ with training/ and validation/) '
                       'from the MIT Scene Parsing Benchmark, placed under data/ade/'),
+    'ImageNet': ('ImageNet-1K (ILSVRC2012: train/ and val/, one folder per class, val images sorted into their '
+                 'class folders) from image-net.org, placed under data/imagenet/'),
+    'CustomDataset': 'an image folder with one sub-folder per class',
 }
 DEMO_HELP = ('To try mmwf without it, generate the synthetic demo data and use a demo config: '
              '`python tools/generate_demo_data.py` then e.g. `python tools/train.py '
@@ -41,7 +44,9 @@ def check_dataset_paths(cfg: Config, splits: tuple[str, ...] = ('train', 'val', 
             continue
         for ds in _datasets(loader):
             root = ds.get('data_root', '')
-            paths = [ds.get('ann_file', '')] + list((ds.get('data_prefix') or {}).values())
+            prefix = ds.get('data_prefix') or {}
+            paths = [ds.get('ann_file', ''), ds.get('split', '')] + list(
+                prefix.values() if isinstance(prefix, dict) else [prefix])
             missing = [os.path.join(root, p) for p in paths if p and not os.path.exists(os.path.join(root, p))]
             if root and not os.path.isdir(root):
                 missing = [root]

@@ -15,6 +15,7 @@ SUPPORTED = {
     'mmcv': ('2.0.0', '2.2.0'),
     'mmdet': ('3.0.0', '3.4.0'),
     'mmsegmentation': ('1.0.0', '1.3.0'),
+    'mmpretrain': ('1.0.0', '1.3.0'),
 }
 FIX = 'Run `make install` in the mmwf repository (it builds mmcv 2.1.0 with ops and pins the rest).'
 

@@ -139,3 +139,17 @@ def test_killed_training_resumes_from_its_last_checkpoint(demo_data, tmp_path):
     assert set(range(resumed_from + 1, 13)) <= got.keys()
     for it in range(resumed_from + 1, 13):
         assert got[it] == pytest.approx(expected[it], rel=1e-9), it
+
+
+@pytest.mark.slow
+def test_classification_demos_short_schedule(demo_data, tmp_path):
+    """tools/demo.py --tasks cls distill-cls: WeightFormer-T and a distilled DeiT-T ReLU student on the ImageNet-style
+    folder, trained and tested by tools/train.py / tools/test.py through mmpretrain."""
+    res = run([sys.executable, 'tools/demo.py', '--tasks', 'cls', 'distill-cls', '--data-root', str(demo_data),
+               '--work-dir', str(tmp_path), '--max-iters', '4', '--cfg-options', 'default_hooks.logger.interval=1',
+               'train_dataloader.batch_size=4'])
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    for task in ('cls', 'distill-cls'):
+        metrics = json.loads((tmp_path / task / 'metrics.json').read_text())
+        assert 0 <= metrics['accuracy/top1'] <= 100
+    assert 'loss_distill' in next(r for r in res.stdout.splitlines() if r.startswith('distill-cls:'))

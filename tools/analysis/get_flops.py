@@ -1,7 +1,7 @@
 """Params and FLOPs (multiply-accumulates) of an mmdet / mmseg config: backbone, backbone + neck (the
 paper's "backbone" convention, docs/protocol.md) and the whole model, as a markdown table; or of an ImageNet
-classifier given by name (Table 3): ``wf-{t,s,b}``, ``static-t``, ``deit-{t,s,b}`` and the linear-attention
-DeiTs ``deit-{t,s,b}-{elu,relu,inline,mhla,ttt}``.
+classifier given by mmpretrain config (configs/imagenet/*, at its test crop) or by name (Table 3): ``wf-{t,s,b}``,
+``static-t``, ``deit-{t,s,b}`` and the linear-attention DeiTs ``deit-{t,s,b}-{elu,relu,inline,mhla,ttt}``.
 
     python tools/analysis/get_flops.py configs/upernet_wf_t_ade20k.py --shape 512 512 --paper
     python tools/analysis/get_flops.py configs/cascade_wf_t_coco.py --shape 1024 1024 --paper
@@ -34,7 +34,7 @@ ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
 from mmwf.analysis import count_flops, released_order  # noqa: E402
-from mmwf.analysis.inputs import build_classifier  # noqa: E402
+from mmwf.analysis.inputs import Classifier, build_classifier  # noqa: E402
 from mmwf.utils import adapt_to_device  # noqa: E402
 
 # paper (Tables 4 and 5): params (M), total FLOPs (G), backbone FLOPs (G)
@@ -47,13 +47,26 @@ PAPER = {
 
 # paper Table 3 (ImageNet classifiers at 224): params (M), GFLOPs
 PAPER_CLASSIFIERS = {'wf-t': (7, 1.1), 'deit-t': (6, 1.2), 'wf-s': (27, 4.4), 'deit-s': (22, 4.6)}
+# the same rows by ImageNet config, and Table 2's static baseline CNN
+PAPER_CLASSIFIERS.update({'weightformer_t_in1k': (7, 1.1), 'weightformer_s_in1k': (27, 4.4),
+                          'deit_t_softmax_in1k': (6, 1.2), 'deit_s_softmax_in1k': (22, 4.6),
+                          'weightformer_t_static_in1k': (5.7, 1.1)})
 
 
 def count_classifier(name: str, shape: tuple[int, int], our_order: bool) -> dict[str, tuple[float, float]]:
-    try:
-        model = build_classifier(name)
-    except ValueError as err:
-        raise SystemExit(f'{err}; or give a config file') from None
+    """{'classifier': (params M, GFLOPs)} of a classifier by name, or of an mmpretrain config's classifier (its
+    backbone with ``out_type='logits'`` holds the head)."""
+    if osp.isfile(name):
+        cfg = Config.fromfile(name).model
+        backbone = dict(cfg.get('student', cfg).backbone)
+        backbone.pop('init_cfg', None)
+        from mmwf.registry import MODELS
+        model = Classifier(MODELS.build(backbone)).eval()
+    else:
+        try:
+            model = build_classifier(name)
+        except ValueError as err:
+            raise SystemExit(f'{err}; or give a config file') from None
     order = contextlib.nullcontext() if our_order else released_order(model)
     with order, torch.no_grad():
         flops = count_flops(model, torch.randn(1, 3, *shape)) / 1e9
@@ -114,6 +127,12 @@ def count(config: str, shape: tuple[int, int], our_order: bool,
     return out
 
 
+def crop_size(config: str) -> tuple[int, int]:
+    """The test input of an mmpretrain config: its ``CenterCrop`` size."""
+    crop = next(t['crop_size'] for t in Config.fromfile(config).test_pipeline if t['type'] == 'CenterCrop')
+    return (crop, crop) if isinstance(crop, int) else tuple(crop)
+
+
 def rel(ours: float, paper: float | None) -> str:
     return f'{paper} ({(ours - paper) / paper * 100:+.1f}%)' if paper else '-'
 
@@ -131,16 +150,17 @@ def main() -> None:
     print(header)
     print('|---' * (header.count('|') - 1) + '|')
     for config in args.configs:
-        if not osp.isfile(config):
-            shape = tuple(args.shape) if args.shape else (224, 224)
+        scope = Config.fromfile(config).default_scope if osp.isfile(config) else None
+        if scope in (None, 'mmpretrain'):  # a classifier by name or an ImageNet config
+            shape = tuple(args.shape) if args.shape else (crop_size(config) if scope else (224, 224))
             params, flops = count_classifier(config, shape, args.our_order)['classifier']
-            row = f'| {config} | {shape[0]}x{shape[1]} | classifier | {params:.2f} | {flops:.2f} |'
+            name = osp.splitext(osp.basename(config))[0]
+            row = f'| {name} | {shape[0]}x{shape[1]} | classifier | {params:.2f} | {flops:.2f} |'
             if args.paper:
-                paper = PAPER_CLASSIFIERS.get(config) if shape == (224, 224) else None
+                paper = PAPER_CLASSIFIERS.get(name) if shape == (224, 224) else None
                 row += f' {rel(flops, paper[1])}; params {rel(params, paper[0])} |' if paper else ' - |'
             print(row, flush=True)
             continue
-        scope = Config.fromfile(config).default_scope
         shape = tuple(args.shape) if args.shape else ((1024, 1024) if scope == 'mmdet' else (512, 512))
         name = osp.splitext(osp.basename(config))[0]
         paper = PAPER.get(name, (None, None, None))

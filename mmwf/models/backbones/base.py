@@ -90,6 +90,10 @@ class PlainBackbone(BaseModule):
             from the end). Defaults to -1.
         final_norm (bool): apply ``norm`` to the last block's output. Defaults to True.
         with_cp (bool): activation checkpointing of every block while training. Defaults to False.
+        out_type (str): what :meth:`forward` returns: ``'featmap'``, the (B, C, H/p, W/p) maps of ``out_indices``
+            (dense prediction), or ``'logits'``, the ImageNet classifier's (B, num_classes) logits as a one-tuple
+            (an mmpretrain ``ImageClassifier`` with a parameter-free ``ClsHead``; needs ``num_classes`` > 0, and
+            released checkpoints load with their head). Defaults to ``'featmap'``.
         init_cfg (dict | list[dict], optional): mmengine init config; ``Pretrained`` entries load strictly
             (:class:`mmwf.utils.checkpoint.StrictPretrained`). Defaults to None.
 
@@ -102,11 +106,16 @@ class PlainBackbone(BaseModule):
     MIN_GRID = 1  # smallest token grid side the blocks accept
     WEIGHTS_HINT = ''  # where to get the released weights, for the not-found error
 
+    OUT_TYPES = ('featmap', 'logits')
+
     def __init__(self, arch: str | dict, in_channels: int = 3, patch_size: int = 16,
                  out_indices: int | Sequence[int] = -1, final_norm: bool = True, with_cp: bool = False,
-                 init_cfg: dict | list | None = None) -> None:
+                 out_type: str = 'featmap', init_cfg: dict | list | None = None) -> None:
         super().__init__(init_cfg=strict_pretrained(init_cfg))
         name = type(self).__name__
+        if out_type not in self.OUT_TYPES:
+            raise ValueError(f'{name} out_type must be one of {self.OUT_TYPES}, got {out_type!r}')
+        self.out_type = out_type
         self.arch = resolve_arch(arch, self.ARCH_SETTINGS, name)
         self.embed_dims, self.depth = self.arch['embed_dims'], self.arch['depth']
         self.patch_size, self.final_norm, self.with_cp = patch_size, final_norm, with_cp
@@ -115,6 +124,8 @@ class PlainBackbone(BaseModule):
 
     def init_head(self, num_classes: int) -> None:
         """The final LayerNorm ``norm`` (when used) and, for ``num_classes > 0``, the ImageNet ``head``."""
+        if self.out_type == 'logits' and num_classes <= 0:
+            raise ValueError(f"{type(self).__name__} with out_type='logits' needs num_classes > 0 (e.g. 1000)")
         self.norm = nn.LayerNorm(self.embed_dims, eps=1e-6) if self.final_norm or num_classes else nn.Identity()
         self.head = nn.Linear(self.embed_dims, num_classes) if num_classes > 0 else None
 
@@ -132,7 +143,10 @@ class PlainBackbone(BaseModule):
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Images (B, C, H, W) -> tuple of (B, C', H/p, W/p) maps of the patch tokens, one per ``out_indices``."""
+        """Images (B, C, H, W) -> tuple of (B, C', H/p, W/p) maps of the patch tokens, one per ``out_indices``
+        (or, with ``out_type='logits'``, the one-tuple of classifier logits)."""
+        if self.out_type == 'logits':
+            return (self.forward_classifier(x),)
         x, hw, prefix = self.embed(x, classify=False)
         feats = [self.norm(feat) if i == self.depth - 1 and self.final_norm else feat
                  for i, feat in run_blocks(self.blocks, x, hw, self.with_cp) if i in self.out_indices]

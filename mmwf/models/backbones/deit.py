@@ -81,6 +81,8 @@ class DeiT(PlainBackbone):
         with_cp (bool): activation checkpointing while training. Defaults to False.
         num_classes (int): > 0 adds the head for :meth:`forward_classifier` (class token, or the mean patch token
             for operators without one). Defaults to 0.
+        out_type (str): ``'featmap'`` (dense maps) or ``'logits'`` (classifier logits, for mmpretrain). Defaults
+            to ``'featmap'``.
         init_cfg (dict | list[dict], optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads a DeiT / timm
             checkpoint strictly; ``dict(type='SoftmaxTransfer', checkpoint=PATH, recipe=...)`` initialises a
             linear-attention DeiT from a softmax one (:func:`mmwf.models.transfer_softmax_weights`). Defaults to
@@ -110,8 +112,9 @@ class DeiT(PlainBackbone):
                  drop_path_rate: float = 0.0,
                  with_cp: bool = False,
                  num_classes: int = 0,
+                 out_type: str = 'featmap',
                  init_cfg: dict | list | None = None) -> None:
-        super().__init__(arch, 3, patch_size, out_indices, final_norm, with_cp, init_cfg)
+        super().__init__(arch, 3, patch_size, out_indices, final_norm, with_cp, out_type, init_cfg)
         if window_size and window_block_indexes and with_cls_token:
             raise ValueError('window attention has no class token: set with_cls_token=False')
         attn_cls = MODELS.get(attn_cfg['type'])

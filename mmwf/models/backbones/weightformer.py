@@ -94,6 +94,8 @@ class WeightFormer(PlainBackbone):
         with_cp (bool): activation checkpointing of every block while training. Defaults to False.
         num_classes (int): > 0 adds the ImageNet head (final norm, mean over tokens, Linear) for
             :meth:`forward_classifier`. Defaults to 0.
+        out_type (str): ``'featmap'`` (dense maps) or ``'logits'`` (classifier logits, for mmpretrain). Defaults
+            to ``'featmap'``.
         init_cfg (dict | list[dict], optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads a released or
             mmwf checkpoint strictly. Defaults to None.
 
@@ -126,8 +128,9 @@ class WeightFormer(PlainBackbone):
                  frozen_stages: int = -1,
                  with_cp: bool = False,
                  num_classes: int = 0,
+                 out_type: str = 'featmap',
                  init_cfg: dict | list | None = None) -> None:
-        super().__init__(arch, in_channels, patch_size, out_indices, final_norm, with_cp, init_cfg)
+        super().__init__(arch, in_channels, patch_size, out_indices, final_norm, with_cp, out_type, init_cfg)
         self.dynamic_ids = self._dynamic_ids(dynamic_blocks, self.depth)
         if dynamic_mlp not in ('first', 'second', 'both', 'none'):
             raise ValueError(f"dynamic_mlp must be 'first', 'second', 'both' or 'none', got {dynamic_mlp!r}")
