@@ -110,3 +110,24 @@ def test_classifier_names():
     for bad in ('wf', 'wf-x', 'wf-t-relu', 'deit-t-softmax', 'deit-t-relu-2'):
         with pytest.raises(ValueError, match='not a classifier name'):
             classifier_config(bad)
+
+
+@pytest.mark.slow
+def test_workload_benchmark_compares_config_pairs():
+    """benchmark.py --configs: training steps and inference of the UperNet pair, and whole-image segmentation in
+    both test modes, side by side."""
+    res = subprocess.run([sys.executable, 'tools/analysis/benchmark.py', '--configs', 'configs/upernet_wf_t_ade20k.py',
+                          'configs/upernet_deit_t_ade20k.py', '--rounds', '1', '--no-memory', '--modes',
+                          'train backbone+neck', 'train whole', '--image-sizes', '512x768'],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [r for r in res.stdout.splitlines() if r.startswith('| upernet_wf_t_ade20k.py')]
+    assert [r.split('|')[3].strip() for r in rows] == ['train backbone+neck', 'train whole', 'inference (whole)',
+                                                      'inference (slide)']
+    assert all(float(r.split('|')[7].strip().rstrip('x')) > 0 for r in rows)
+
+
+def test_workload_refuses_a_classification_config():
+    from mmwf.analysis import Workload
+    with pytest.raises(ValueError, match='mmpretrain config; the workload benchmark takes mmdet / mmseg'):
+        Workload(str(ROOT / 'configs/imagenet/weightformer_t_in1k.py'))

@@ -20,6 +20,7 @@ from mmwf.utils import adapt_to_device
 ROOT = Path(__file__).resolve().parents[2]
 REAL = sorted(glob(str(ROOT / 'configs/*.py')))
 DEMO = sorted(glob(str(ROOT / 'configs/demo/*.py')))
+VARIANTS = sorted(glob(str(ROOT / 'configs/whole_image/*.py')))
 LINEAR = sorted(glob(str(ROOT / 'configs/linear_attention/*.py')))
 DENSE_LINEAR = [p for p in LINEAR if not Path(p).name.startswith('cls_')]  # classification: test_imagenet_configs
 
@@ -53,14 +54,14 @@ def test_the_six_paper_configs_exist():
                      'upernet_deit_t_ade20k', 'upernet_deit_s_ade20k'}
 
 
-@pytest.mark.parametrize('path', REAL + DEMO, ids=lambda p: Path(p).stem)
+@pytest.mark.parametrize('path', REAL + DEMO + VARIANTS, ids=lambda p: Path(p).stem)
 def test_config_builds(path):
     cfg, model = build(path)
     assert type(task_model(model).backbone).__name__ == task_model(cfg.model).backbone.type
     assert cfg.custom_imports == dict(imports=['mmwf'], allow_failed_imports=False)
 
 
-@pytest.mark.parametrize('path', REAL + DEMO + LINEAR, ids=lambda p: Path(p).stem)
+@pytest.mark.parametrize('path', REAL + DEMO + LINEAR + VARIANTS, ids=lambda p: Path(p).stem)
 def test_every_config_stops_on_a_non_finite_loss(path):
     assert dict(type='NonFiniteLossHook') in Config.fromfile(path).custom_hooks
 

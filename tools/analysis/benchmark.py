@@ -14,6 +14,16 @@ during the forward (activations; the peak is reset before the forward through /p
     python tools/analysis/benchmark.py --sizes 224 512 768 1024 1248 --models wf-t wf-s static-t deit-t deit-s \
         --plot benchmark.png
     python tools/analysis/benchmark.py --models deit-t deit-t-relu deit-t-mhla deit-t-ttt   # linear attention
+
+With ``--configs``, the real workload of detection / segmentation configs, compared in pairs (each config against
+the next; default: every Table 4 / 5 WeightFormer config against its DeiT row): a training step of backbone + neck
+and of the whole model (loss, backward, optimizer step) at the config's input size, and test-time inference, with
+peak memory; ``--image-sizes`` adds segmentation inference on whole images of those sizes in both test modes
+(``'whole'`` and the config's ``'slide'``):
+
+    python tools/analysis/benchmark.py --configs --rounds 3 --plot workload.png
+    python tools/analysis/benchmark.py --configs configs/upernet_wf_t_ade20k.py configs/upernet_deit_t_ade20k.py \
+        --modes inference --image-sizes 512x2048 1024x2048
 """
 from __future__ import annotations
 
@@ -28,6 +38,7 @@ import time
 
 import torch
 import torch.nn as nn
+from mmengine.config import Config
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -59,11 +70,13 @@ def time_once(model: nn.Module, x: torch.Tensor, iters: int) -> float:
     return (time.perf_counter() - start) / (iters * x.shape[0])
 
 
-def measure(names: list[str], size: int, batch: int, rounds: int, iters: int,
-            device: str) -> dict[str, list[float]]:
+def measure(names: list[str], size: int, batch: int, rounds: int, iters: int, device: str,
+            compile: bool = False) -> dict[str, list[float]]:
     """Seconds per image of each model at one resolution, one entry per round (models interleaved)."""
     x = torch.randn(batch, 3, size, size, device=device)
     models = {n: build(n, size).to(device) for n in names}
+    if compile:
+        models = {n: torch.compile(m) for n, m in models.items()}
     per_image: dict[str, list[float]] = {n: [] for n in names}
     with torch.inference_mode():
         for m in models.values():
@@ -114,6 +127,113 @@ def memory_in_subprocess(name: str, size: int, batch: int, threads: int) -> dict
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+PAIRS = ['configs/cascade_wf_t_coco.py', 'configs/cascade_deit_t_coco.py', 'configs/upernet_wf_t_ade20k.py',
+         'configs/upernet_deit_t_ade20k.py', 'configs/upernet_wf_s_ade20k.py', 'configs/upernet_deit_s_ade20k.py']
+
+
+def step_memory(step, device: str) -> float:
+    """Peak memory (MB) above what was allocated before one call of ``step`` (after a warm-up call)."""
+    step()
+    if device.startswith('cuda'):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2 ** 20
+    base = proc_status_mb('VmRSS')
+    with open('/proc/self/clear_refs', 'w') as f:
+        f.write('5')
+    step()
+    return proc_status_mb('VmHWM') - base
+
+
+def workload_case(config: str, mode: str, size: str | None, test_mode: str | None, device: str,
+                  compile: bool = False):
+    from mmwf.analysis import Workload
+    workload = Workload(osp.join(ROOT, config), device, test_mode=test_mode, compile=compile)
+    return workload.step(mode, tuple(map(int, size.split('x'))) if size else None)
+
+
+def workload_memory(config: str, mode: str, size: str | None, test_mode: str | None, args) -> float:
+    """:func:`step_memory` of a workload case, on CPU in a fresh interpreter."""
+    if args.device.startswith('cuda'):
+        return step_memory(workload_case(config, mode, size, test_mode, args.device, args.compile), args.device)
+    cmd = [sys.executable, osp.abspath(__file__), '--workload-probe', config, mode, size or '-', test_mode or '-',
+           '--threads', str(torch.get_num_threads()), '--device', 'cpu'] + (['--compile'] if args.compile else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ))
+    if out.returncode:
+        raise RuntimeError(f'memory probe {config} {mode} failed:\n{out.stderr[-2000:]}')
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def time_step(step, device: str) -> float:
+    if device.startswith('cuda'):
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    step()
+    if device.startswith('cuda'):
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def run_workloads(args) -> list[dict]:
+    """Each case of each config pair side by side, interleaved round by round; a markdown table."""
+    import logging
+
+    from mmengine.logging import MMLogger
+    MMLogger.get_current_instance().setLevel(logging.WARNING)  # the models' build logs would interleave the table
+    configs = args.configs or PAIRS
+    if len(configs) % 2:
+        raise SystemExit('--configs takes pairs: each config is compared with the next one')
+    cases = [(mode, None, None) for mode in args.modes]
+    cases += [('inference', size, tm) for size in args.image_sizes for tm in ('whole', 'slide')]
+    print(f'device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, '
+          f'{args.rounds} rounds, median seconds per step; speed-up = second / first, round by round')
+    print('| first | second | step | input | first s | second s | speed-up | first MB | second MB |')
+    print('|---|---|---|---|---|---|---|---|---|')
+    rows = []
+    for a, b in zip(configs[::2], configs[1::2]):
+        for mode, size, test_mode in cases:
+            if size and Config.fromfile(osp.join(ROOT, a)).default_scope != 'mmseg':
+                continue
+            steps = [workload_case(c, mode, size, test_mode, args.device, args.compile) for c in (a, b)]
+            for step in steps:
+                step()  # warm-up
+            times = [[], []]
+            for _ in range(args.rounds):
+                for i, step in enumerate(steps):
+                    times[i].append(time_step(step, args.device))
+            speedup = statistics.median(tb / ta for ta, tb in zip(*times))
+            memory = ['-', '-'] if args.no_memory else [
+                f'{workload_memory(c, mode, size, test_mode, args):.0f}' for c in (a, b)]
+            label = f'{mode} ({test_mode})' if test_mode else mode
+            row = dict(first=osp.basename(a), second=osp.basename(b), step=label, input=size or '-',
+                       first_s=statistics.median(times[0]), second_s=statistics.median(times[1]), speedup=speedup)
+            rows.append(row)
+            print(f'| {row["first"]} | {row["second"]} | {label} | {row["input"]} | {row["first_s"]:.2f} | '
+                  f'{row["second_s"]:.2f} | {speedup:.2f}x | {memory[0]} | {memory[1]} |', flush=True)
+    return rows
+
+
+def save_workload_plot(rows: list[dict], path: str) -> None:
+    """Seconds per step of each pair and case, first config against second."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    labels = [f'{r["first"].removesuffix(".py")}\n{r["step"]} {r["input"]}' for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6, len(rows) * 1.2), 4))
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r['first_s'] for r in rows], width=0.4, label='first config of each pair')
+    ax.bar([x + 0.2 for x in xs], [r['second_s'] for r in rows], width=0.4, label='second config')
+    ax.set_xticks(list(xs), labels, rotation=30, ha='right', fontsize=7)
+    ax.set(ylabel='seconds per step (log)', yscale='log', title='real workload, side by side')
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def save_plot(rows: list[dict], path: str, device: str) -> None:
     """Throughput and activation memory against resolution, one line per model (Figure 5's layout)."""
     import matplotlib
@@ -155,10 +275,32 @@ def main() -> None:
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads (default: all)')
     parser.add_argument('--no-memory', action='store_true', help='skip the memory measurements')
     parser.add_argument('--plot', help='write the Figure-5-style PNG here')
+    parser.add_argument('--configs', nargs='*', help='benchmark the workload of config pairs (none: Tables 4 / 5)')
+    parser.add_argument('--modes', nargs='+', default=['train backbone+neck', 'train whole', 'inference'],
+                        help='workload steps with --configs')
+    parser.add_argument('--image-sizes', nargs='*', default=[], help='HxW: segmentation inference on whole images '
+                        "of these sizes in 'whole' and 'slide' mode (with --configs)")
+    parser.add_argument('--compile', action='store_true', help='torch.compile every model (with --configs: the '
+                        'backbones and necks)')
     parser.add_argument('--memory-probe', nargs=3, metavar=('MODEL', 'SIZE', 'BATCH'), help=argparse.SUPPRESS)
+    parser.add_argument('--workload-probe', nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.workload_probe:
+        import logging
+
+        from mmengine.logging import MMLogger
+        MMLogger.get_current_instance().setLevel(logging.WARNING)
+        config, mode, size, test_mode = (None if v == '-' else v for v in args.workload_probe)
+        print(step_memory(workload_case(config, mode, size, test_mode, args.device, args.compile), args.device))
+        return
+    if args.configs is not None:
+        rows = run_workloads(args)
+        if args.plot:
+            save_workload_plot(rows, args.plot)
+            print(f'saved {args.plot}')
+        return
     if args.memory_probe:
         name, size, batch = args.memory_probe
         print(json.dumps(forward_memory(name, int(size), int(batch), args.device)))
@@ -171,7 +313,7 @@ def main() -> None:
     rows = []
     for size in args.sizes:
         batch = batches.get(size, 1)
-        times = measure(args.models, size, batch, args.rounds, args.iters, args.device)
+        times = measure(args.models, size, batch, args.rounds, args.iters, args.device, args.compile)
         ref = times.get(args.reference)
         for name, t in times.items():
             # the ratio is taken round by round (same moment, same machine state), then the median

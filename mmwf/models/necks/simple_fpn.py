@@ -65,8 +65,10 @@ class SimpleFeaturePyramid(BaseModule):
                                              conv_ln(out_channels, out_channels, 3)))
 
     def forward(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        x = inputs[self.in_index]
+        # the stages run channels-last (mkldnn's native layout; LayerNorm2d then needs no permute copies), and
+        # every level is returned as a contiguous NCHW map, the layout RoIAlign reads
+        x = inputs[self.in_index].contiguous(memory_format=torch.channels_last)
         outs = [stage(x) for stage in self.stages]
         if self.num_outs > len(outs):
             outs.append(F.max_pool2d(outs[-1], kernel_size=1, stride=2))
-        return tuple(outs)
+        return tuple(out.contiguous() for out in outs)

@@ -62,3 +62,23 @@ def test_pretrained_init_is_strict_as_a_dict_or_in_a_list(init_cfg, tmp_path):
     good = tmp_path / 'same.pth'
     torch.save({'state_dict': WeightFormer(TINY_WF, num_classes=10).state_dict()}, good)  # head skipped
     WeightFormer(TINY_WF, init_cfg=[dict(type='Pretrained', checkpoint=str(good))]).init_weights()
+
+
+@pytest.mark.slow
+def test_backbones_and_neck_compile():
+    """torch.compile (inductor) of WeightFormer and DeiT with the pyramid: same outputs and gradients as eager
+    (what benchmark.py --compile and mmengine's compile option rely on)."""
+    from mmwf.models.necks import SimpleFeaturePyramid
+    for backbone in (WeightFormer(TINY_WF, dynamic_blocks=[1, 3]), DeiT(TINY_DEIT, with_cls_token=False)):
+        model = torch.nn.Sequential(backbone, SimpleFeaturePyramid(32, 16)).train()
+        compiled = torch.compile(model)
+        x = torch.randn(2, 3, 64, 80)
+        outs = [model(x), compiled(x)]
+        grads = []
+        for out in outs:
+            model.zero_grad()
+            sum(o.square().mean() for o in out).backward()
+            grads.append(backbone.patch_embed.proj.weight.grad.clone())
+        for a, b in zip(*outs, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(grads[0], grads[1], rtol=1e-3, atol=1e-6)

@@ -42,6 +42,10 @@ def test_ln2d_is_channel_layernorm():
     out = ln(x)
     assert torch.allclose(out, ref, atol=1e-6)
     assert out.is_contiguous()
+    # a channels-last map is normalised in its own layout (no copy) and stays channels-last
+    nhwc = ln(x.contiguous(memory_format=torch.channels_last))
+    assert nhwc.is_contiguous(memory_format=torch.channels_last) and not nhwc.is_contiguous()
+    assert torch.allclose(nhwc, ref, atol=1e-6)
 
 
 def test_weightformer_t_with_pyramid_matches_protocol_counts():
