@@ -15,7 +15,8 @@ from mmengine.runner import CheckpointLoader
 from safetensors.torch import save_file
 
 import mmwf  # noqa: F401
-from mmwf.engine.hooks import NonFiniteLossHook
+from mmwf.configs import config_file, export_config
+from mmwf.engine.hooks import NonFiniteLossHook, ShowPredictionsHook
 from mmwf.models.backbones import DeiT, WeightFormer
 from mmwf.models.necks import SimpleFeaturePyramid
 from mmwf.models.transfer import transfer_softmax_weights
@@ -183,6 +184,13 @@ CASES = [
      FileNotFoundError, ['data/imagenet', 'ILSVRC2012', 'image-net.org', 'data_root=PATH']),
     ('classifier head without classes', lambda t: lambda: WeightFormer(TINY_WF, out_type='logits'), ValueError,
      ["out_type='logits' needs num_classes > 0"]),
+    # packaged configs and pictures
+    ('misspelt config name', lambda t: lambda: config_file('upernet_wf_t_ade'), ValueError,
+     ["no mmwf config named 'upernet_wf_t_ade'", 'did you mean upernet_wf_t_ade20k', 'python -m mmwf.configs --list']),
+    ('config export into a file', lambda t: lambda: export_config('cascade_wf_t_coco', empty(t)), NotADirectoryError,
+     ['empty.pth is a file; give a folder']),
+    ('no pictures asked for', lambda t: lambda: ShowPredictionsHook(str(t), max_images=0), ValueError,
+     ['max_images=0', 'positive count, or None for all']),
     # precision
     ('NaN / inf loss', lambda t: nan_loss_iteration, FloatingPointError,
      ['iteration 42', 'loss=nan', 'loss_bbox=inf', 'loss_cls=0.7', 'clip_grad', '--resume']),

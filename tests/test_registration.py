@@ -5,6 +5,7 @@ Each case runs in a fresh interpreter that never imports mmwf itself: only the c
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +77,42 @@ def test_no_registered_name_clashes_with_an_mmlab_project(project):
     clashes = {name: sorted(ours[name] & set(getattr(registries, name).module_dict))
                for name in REGISTRIES if hasattr(registries, name)}
     assert not any(clashes.values()), clashes
+
+
+INFER = textwrap.dedent('''
+    import sys
+    import torch
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmdet.apis import DetInferencer
+    from mmseg.apis import MMSegInferencer
+    out = sys.argv[3]
+    for config, Inferencer in ((sys.argv[1], DetInferencer), (sys.argv[2], MMSegInferencer)):
+        cfg = Config.fromfile(config)
+        init_default_scope(cfg.default_scope)
+        model = __import__(cfg.default_scope + '.registry', fromlist=['MODELS']).MODELS.build(cfg.model)
+        weights = f'{{out}}/{{cfg.default_scope}}.pth'
+        torch.save(dict(state_dict=model.state_dict(),
+                        meta=dict(dataset_meta=dict(cfg.test_dataloader.dataset.metainfo))), weights)
+        inferencer = Inferencer(model=config, weights=weights, device='cpu')
+        result = inferencer(sys.argv[4], out_dir=f'{{out}}/{{cfg.default_scope}}')
+        predictions = result['predictions']  # mmdet: a list of dicts; mmseg: the one image's label map
+        print(cfg.default_scope, sorted(predictions[0]) if isinstance(predictions, list) else predictions.shape)
+''')
+
+
+@pytest.mark.slow
+def test_mmdet_and_mmseg_inferencers_run_our_configs_and_checkpoints(tmp_path):
+    """mmdet's DetInferencer and mmseg's MMSegInferencer take our configs and checkpoints as they are, in an
+    interpreter that imports mmwf only through the config."""
+    import cv2
+    import numpy as np
+    image = tmp_path / 'image.jpg'
+    cv2.imwrite(str(image), np.random.default_rng(0).integers(0, 255, (96, 128, 3), dtype=np.uint8))
+    res = subprocess.run([sys.executable, '-c', INFER.format(), 'configs/demo/cascade_wf_t_demo.py',
+                          'configs/demo/upernet_wf_t_demo.py', str(tmp_path), str(image)],
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "mmdet ['bboxes', 'labels', 'masks', 'scores']" in res.stdout
+    assert 'mmseg (96, 128)' in res.stdout
+    assert (tmp_path / 'mmdet/vis/image.jpg').is_file() and (tmp_path / 'mmseg/vis/image.jpg').is_file()

@@ -6,7 +6,9 @@ WeightFormer-T demo and the UperNet WeightFormer-T demo from scratch, print box 
     python tools/demo.py --tasks distill-seg  # DeiT-T ReLU student distilled from softmax DeiT-T in UperNet
     python tools/demo.py --tasks cls distill-cls  # ImageNet-style classification: WeightFormer-T; DeiT-T ReLU student
 
-The ``distill-*`` tasks also print ``loss_distill`` at the first and the last logged iteration.
+The ``distill-*`` tasks also print ``loss_distill`` at the first and the last logged iteration. Every task draws the
+ground truth and the prediction of the first four validation images (``tools/test.py --show-dir``) into
+``WORK_DIR/TASK/pictures/`` and prints their paths.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ TASKS = {
 }
 DATA = {'det': 'coco/', 'seg': 'ade', 'cls': 'cls'}  # demo data folder of each task kind
 DEFAULT_TASKS = ('det', 'seg')
+PICTURES = 4  # validation images drawn per task
 
 
 def distill_losses(work_dir: str) -> tuple[float, float]:
@@ -100,8 +103,10 @@ def main() -> None:
             checkpoint = f.read().strip()
         metrics_file = osp.join(work_dir, 'metrics.json')
         print(f'[{task}] testing {checkpoint}', flush=True)
+        pictures = osp.join(work_dir, 'pictures')
         run(['tools/test.py', config, checkpoint, '--work-dir', work_dir, '--out-json', metrics_file,
-             '--cfg-options', *options], osp.join(work_dir, 'test.log'))
+             '--show-dir', pictures, '--show-max', str(PICTURES), '--cfg-options', *options],
+            osp.join(work_dir, 'test.log'))
         with open(metrics_file) as f:
             metrics = json.load(f)
         values = ', '.join(f'{k.split("/")[-1]} {metrics[k]:.3f}' for k in keys if k in metrics)
@@ -111,6 +116,8 @@ def main() -> None:
         total = (time.time() - start) / 60
         summary.append(f'{task}: {values} (train {train_time / 60:.1f} min, train + test {total:.1f} min)')
         print(f'[{task}] {summary[-1]}', flush=True)
+        print(f'[{task}] pictures (ground truth | prediction): '
+              + ', '.join(osp.join(pictures, f) for f in sorted(os.listdir(pictures))), flush=True)
     print('\n'.join(['demo results:', *summary]))
 
 

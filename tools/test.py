@@ -6,7 +6,11 @@ ImageNet weights).
     python tools/test.py configs/imagenet/weightformer_t_in1k.py \
         --cfg-options model.backbone.init_cfg.type=Pretrained \
         model.backbone.init_cfg.checkpoint=checkpoints/weightformer_t.safetensors
+    python tools/test.py configs/demo/upernet_wf_t_demo.py CHECKPOINT --show-dir pictures/ --show-max 8
     bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [args]
+
+``--show-dir`` draws ground truth and prediction of each test image (boxes and masks, colour maps, classes) with
+the config's visualizer into that folder, one ``<image name>.png`` per image (``ShowPredictionsHook``).
 """
 import argparse
 import json
@@ -24,6 +28,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('config', help='config file')
     parser.add_argument('checkpoint', nargs='?', help="checkpoint file (default: the config's init_cfg weights)")
     parser.add_argument('--out-json', help='also write the metrics to this JSON file')
+    parser.add_argument('--show-dir', help='draw ground truth and prediction of the test images into this folder')
+    parser.add_argument('--show-max', type=int, help='with --show-dir: only the first N images (default: all)')
     add_runner_args(parser)
     return parser.parse_args()
 
@@ -35,6 +41,11 @@ def main() -> None:
         raise FileNotFoundError(f'checkpoint not found: {args.checkpoint}')
     cfg = load_tool_config(args)
     cfg.load_from = args.checkpoint
+    if args.show_max is not None and not args.show_dir:
+        raise SystemExit('--show-max limits the pictures of --show-dir: give --show-dir too')
+    if args.show_dir:
+        cfg.custom_hooks = [*cfg.get('custom_hooks', []), dict(
+            type='ShowPredictionsHook', out_dir=osp.abspath(args.show_dir), max_images=args.show_max)]
     runner = build_runner(cfg, ('test',))
     if not args.checkpoint:  # the Runner initialises weights only for training
         getattr(runner.model, 'module', runner.model).init_weights()

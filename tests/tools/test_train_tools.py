@@ -60,6 +60,15 @@ def test_demo_end_to_end_short_schedule(demo_data, tmp_path):
     assert {'coco/bbox_mAP', 'coco/bbox_mAP_50', 'coco/segm_mAP'} <= det_metrics.keys()
     assert 0 <= seg_metrics['mIoU'] <= 100
     assert 'demo results:' in det.stdout and 'mIoU' in seg.stdout
+    import mmcv
+    for task, out in (('det', det.stdout), ('seg', seg.stdout)):
+        pictures = sorted((tmp_path / task / 'pictures').glob('*.png'))
+        assert len(pictures) == 4 and all(str(p) in out for p in pictures)
+        drawn = mmcv.imread(str(pictures[0]), channel_order='rgb')
+        source = mmcv.imread(str(demo_data / ('coco/val' if task == 'det' else 'ade/images/validation') /
+                                 (pictures[0].stem + '.jpg')), channel_order='rgb')
+        assert drawn.shape == (source.shape[0], 2 * source.shape[1], 3)  # ground truth | prediction
+        assert (drawn[:, :source.shape[1]].astype(int) - source).any()  # something is drawn on it
 
 
 @pytest.mark.slow

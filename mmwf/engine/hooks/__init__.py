@@ -1,3 +1,4 @@
 from .non_finite_loss import NonFiniteLossHook
+from .show_predictions import ShowPredictionsHook
 
-__all__ = ['NonFiniteLossHook']
+__all__ = ['NonFiniteLossHook', 'ShowPredictionsHook']

@@ -1,0 +1,79 @@
+"""mmwf's configs as package data, and their export as self-contained files (what ``mim download --config`` does).
+
+The package carries every config in OpenMMLab's layout, ``mmwf/.mim/configs`` (in a source checkout a link to the
+repository's ``configs/``; in a wheel a copy). A config is named by its file name without ``.py``
+(``cascade_wf_t_coco``, ``weightformer_t_in1k``, ...); exporting writes it with every ``_base_`` resolved, so a
+project's own config can inherit it with ``_base_ = './NAME.py'``:
+
+    python -m mmwf.configs --list
+    python -m mmwf.configs cascade_wf_t_coco upernet_wf_t_ade20k --dest configs/
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+from pathlib import Path
+
+from mmengine.config import Config
+
+CONFIG_ROOT = Path(__file__).resolve().parent / '.mim' / 'configs'
+
+
+def config_files() -> dict[str, Path]:
+    """Every config the package carries (``_base_`` folders excluded), by name."""
+    if not CONFIG_ROOT.is_dir():
+        raise FileNotFoundError(f'{CONFIG_ROOT} is missing: this mmwf install carries no configs; reinstall it '
+                                '(pip install mmwf, or pip install -e . in a checkout)')
+    files = {}
+    for path in sorted(CONFIG_ROOT.rglob('*.py')):
+        if '_base_' in path.relative_to(CONFIG_ROOT).parts:
+            continue
+        if path.stem in files:
+            raise RuntimeError(f'two configs are named {path.stem}: {files[path.stem]} and {path}')
+        files[path.stem] = path
+    return files
+
+
+def config_file(name: str) -> Path:
+    """The file of config ``name`` (a name from ``--list``; a trailing ``.py`` is accepted)."""
+    files = config_files()
+    name = name.removesuffix('.py')
+    if name not in files:
+        close = difflib.get_close_matches(name, files, n=3)
+        hint = f'did you mean {", ".join(close)}? ' if close else ''
+        raise ValueError(f'no mmwf config named {name!r}; {hint}`python -m mmwf.configs --list` lists them')
+    return files[name]
+
+
+def export_config(name: str, dest: str | Path) -> Path:
+    """Write config ``name`` with its ``_base_`` files resolved to ``dest/NAME.py``; return that path."""
+    dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise NotADirectoryError(f'--dest {dest} is a file; give a folder (it is created if missing)')
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / f'{config_file(name).stem}.py'
+    Config.fromfile(str(config_file(name))).dump(str(out))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog='python -m mmwf.configs', description=__doc__.split('\n\n')[0])
+    parser.add_argument('names', nargs='*', help='configs to export (names from --list)')
+    parser.add_argument('--dest', default='.', help='folder to write them to. Defaults to the current one')
+    parser.add_argument('--list', action='store_true', help='list the config names, with their folders')
+    args = parser.parse_args(argv)
+    if args.list:
+        for name, path in config_files().items():
+            print(f'{name:45s} {path.relative_to(CONFIG_ROOT).parent}')
+        return
+    if not args.names:
+        parser.error('give config names to export, or --list')
+    for name in args.names:
+        try:
+            print(f'wrote {export_config(name, args.dest)}')
+        except (ValueError, FileNotFoundError, NotADirectoryError) as err:
+            raise SystemExit(f'error: {err}') from None
+
+
+if __name__ == '__main__':
+    main()
