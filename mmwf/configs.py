@@ -51,8 +51,9 @@ def export_config(name: str, dest: str | Path) -> Path:
     if dest.exists() and not dest.is_dir():
         raise NotADirectoryError(f'--dest {dest} is a file; give a folder (it is created if missing)')
     dest.mkdir(parents=True, exist_ok=True)
-    out = dest / f'{config_file(name).stem}.py'
-    Config.fromfile(str(config_file(name))).dump(str(out))
+    source = config_file(name)
+    out = dest / source.name
+    Config.fromfile(str(source)).dump(str(out))
     return out
 
 

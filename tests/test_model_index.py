@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mmengine.config import Config
 
+from mmwf.analysis.inputs import task_model_config
 from mmwf.configs import CONFIG_ROOT, config_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,10 +60,8 @@ def test_params_and_flops_are_what_get_flops_counts():
         path = str(INDEX.parent / model['Config'])
         meta = model['Metadata']
         shape = tuple(int(v) for v in meta['Input'].split('x'))
-        cfg = Config.fromfile(path)
-        network = cfg.model.get('student', cfg.model).to_dict()
-        network['backbone'].pop('init_cfg', None)
-        key = json.dumps(network, sort_keys=True, default=str) + meta['Input']
+        cfg, network = task_model_config(path)
+        key = json.dumps(network.to_dict(), sort_keys=True, default=str) + meta['Input']
         if key not in counted:
             if cfg.default_scope == 'mmpretrain':
                 params, flops = get_flops.count_classifier(path, shape, our_order=False)['classifier']

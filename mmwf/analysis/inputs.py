@@ -49,6 +49,29 @@ def build_classifier(name: str) -> Classifier:
     return Classifier(MODELS.build(classifier_config(name))).eval()
 
 
+def task_model_config(config: str):
+    """An mmdet / mmseg / mmpretrain config file adapted to this device (:func:`mmwf.utils.adapt_to_device`) and the
+    config of the network it tests, with random backbone weights (``init_cfg`` dropped): ``model``, or its
+    ``student`` under AttentionDistiller (the teacher is training-only). Returns ``(cfg, model_cfg)``."""
+    from mmengine.config import Config
+
+    from mmwf.utils import adapt_to_device
+    cfg = Config.fromfile(config)
+    adapt_to_device(cfg)
+    model_cfg = cfg.model.get('student', cfg.model)
+    model_cfg.backbone.pop('init_cfg', None)
+    return cfg, model_cfg
+
+
+def build_task_model(scope: str, model_cfg) -> nn.Module:
+    """``model_cfg`` built by the registry of ``scope`` (``'mmdet'``, ``'mmseg'``), that scope made the default."""
+    from importlib import import_module
+
+    from mmengine.registry import init_default_scope
+    init_default_scope(scope)
+    return import_module(f'{scope}.registry').MODELS.build(model_cfg)
+
+
 def backbone_config(spec: str) -> dict:
     """A dense backbone config (no head; DeiT without class token) from a name of :func:`classifier_config`
     (``wf-t``, ``static-t``, ``deit-s``, ``deit-t-ttt``, ...) or from an mmdet / mmseg config file (its

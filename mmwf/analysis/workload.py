@@ -8,12 +8,11 @@ inference an image of ``size`` run through the config's test mode (``'whole'`` o
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib import import_module
 
 import torch
-from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
-from mmengine.registry import init_default_scope
+
+from .inputs import build_task_model, task_model_config
 
 MODES = ('train backbone+neck', 'train whole', 'inference')
 
@@ -34,20 +33,15 @@ class Workload:
 
     def __init__(self, config: str, device: str = 'cpu', batch: int | None = None,
                  test_mode: str | None = None, compile: bool = False) -> None:
-        from mmwf.utils import adapt_to_device
-        self.cfg = Config.fromfile(config)
-        adapt_to_device(self.cfg)
+        self.cfg, model_cfg = task_model_config(config)
         self.scope = self.cfg.default_scope
         if self.scope not in ('mmdet', 'mmseg'):
             raise ValueError(f'{config} is an {self.scope} config; the workload benchmark takes mmdet / mmseg ones')
-        model_cfg = self.cfg.model.get('student', self.cfg.model)
-        model_cfg.backbone.pop('init_cfg', None)
         if test_mode == 'whole':
             model_cfg.test_cfg = dict(mode='whole')
         elif test_mode is not None:
             model_cfg.test_cfg.mode = test_mode
-        init_default_scope(self.scope)
-        self.model = import_module(f'{self.scope}.registry').MODELS.build(model_cfg).to(device)
+        self.model = build_task_model(self.scope, model_cfg).to(device)
         if compile:
             self.model.backbone, self.model.neck = torch.compile(self.model.backbone), torch.compile(self.model.neck)
         self.optim = build_optim_wrapper(self.model, self.cfg.optim_wrapper)

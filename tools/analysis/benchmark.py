@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import os.path as osp
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -58,16 +60,20 @@ def build(name: str, size: int) -> nn.Module:
         raise SystemExit(str(err)) from None
 
 
-def time_once(model: nn.Module, x: torch.Tensor, iters: int) -> float:
-    """Seconds per image for ``iters`` forward passes."""
-    if x.is_cuda:
+def time_call(call: Callable[[], object], device: str) -> float:
+    """Seconds of one ``call()``, the device synchronised before and after."""
+    if device.startswith('cuda'):
         torch.cuda.synchronize()
     start = time.perf_counter()
-    for _ in range(iters):
-        model(x)
-    if x.is_cuda:
+    call()
+    if device.startswith('cuda'):
         torch.cuda.synchronize()
-    return (time.perf_counter() - start) / (iters * x.shape[0])
+    return time.perf_counter() - start
+
+
+def time_once(model: nn.Module, x: torch.Tensor, iters: int) -> float:
+    """Seconds per image for ``iters`` forward passes."""
+    return time_call(lambda: [model(x) for _ in range(iters)], str(x.device)) / (iters * x.shape[0])
 
 
 def measure(names: list[str], size: int, batch: int, rounds: int, iters: int, device: str,
@@ -96,56 +102,56 @@ def proc_status_mb(field: str) -> float:
     raise RuntimeError(f'{field} not in /proc/self/status')
 
 
+def peak_memory(call: Callable[[], object], device: str) -> tuple[float, float]:
+    """(peak, base) memory in MB around one ``call()``: CUDA's allocated bytes, or on CPU the resident set
+    (VmHWM after resetting it to VmRSS)."""
+    if device.startswith('cuda'):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        call()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() / 2 ** 20, base / 2 ** 20
+    base = proc_status_mb('VmRSS')
+    with open('/proc/self/clear_refs', 'w') as f:
+        f.write('5')  # resets VmHWM to the current RSS
+    call()
+    return proc_status_mb('VmHWM'), base
+
+
 def forward_memory(name: str, size: int, batch: int, device: str) -> dict[str, float]:
     """Peak and activation memory (MB) of one forward pass, measured in this process."""
     model = build(name, size).to(device)
     x = torch.randn(batch, 3, size, size, device=device)
     with torch.inference_mode():
-        if device.startswith('cuda'):
-            torch.cuda.synchronize()
-            base = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-            model(x)
-            torch.cuda.synchronize()
-            peak = torch.cuda.max_memory_allocated()
-            return dict(peak=peak / 2 ** 20, activations=(peak - base) / 2 ** 20)
-        base = proc_status_mb('VmRSS')
-        with open('/proc/self/clear_refs', 'w') as f:
-            f.write('5')  # resets VmHWM to the current RSS
-        model(x)
-        peak = proc_status_mb('VmHWM')
+        peak, base = peak_memory(lambda: model(x), device)
     return dict(peak=peak, activations=peak - base)
 
 
-def memory_in_subprocess(name: str, size: int, batch: int, threads: int) -> dict[str, float]:
-    """CPU memory of one forward in a fresh interpreter, so that nothing measured before counts."""
-    cmd = [sys.executable, osp.abspath(__file__), '--memory-probe', name, str(size), str(batch),
-           '--threads', str(threads), '--device', 'cpu']
+def probe_in_subprocess(probe: list[str], threads: int) -> str:
+    """The last output line of this script run as ``probe`` (a hidden probe option) on CPU in a fresh
+    interpreter, so that nothing measured before counts."""
+    cmd = [sys.executable, osp.abspath(__file__), *probe, '--threads', str(threads), '--device', 'cpu']
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ))
     if out.returncode:
-        raise RuntimeError(f'memory probe {name} {size} failed:\n{out.stderr[-2000:]}')
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f'memory probe {" ".join(probe)} failed:\n{out.stderr[-2000:]}')
+    return out.stdout.strip().splitlines()[-1]
+
+
+def memory_in_subprocess(name: str, size: int, batch: int, threads: int) -> dict[str, float]:
+    """CPU memory of one forward in a fresh interpreter."""
+    return json.loads(probe_in_subprocess(['--memory-probe', name, str(size), str(batch)], threads))
 
 
 PAIRS = ['configs/cascade_wf_t_coco.py', 'configs/cascade_deit_t_coco.py', 'configs/upernet_wf_t_ade20k.py',
          'configs/upernet_deit_t_ade20k.py', 'configs/upernet_wf_s_ade20k.py', 'configs/upernet_deit_s_ade20k.py']
 
 
-def step_memory(step, device: str) -> float:
+def step_memory(step: Callable[[], None], device: str) -> float:
     """Peak memory (MB) above what was allocated before one call of ``step`` (after a warm-up call)."""
     step()
-    if device.startswith('cuda'):
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        step()
-        torch.cuda.synchronize()
-        return (torch.cuda.max_memory_allocated() - base) / 2 ** 20
-    base = proc_status_mb('VmRSS')
-    with open('/proc/self/clear_refs', 'w') as f:
-        f.write('5')
-    step()
-    return proc_status_mb('VmHWM') - base
+    peak, base = peak_memory(step, device)
+    return peak - base
 
 
 def workload_case(config: str, mode: str, size: str | None, test_mode: str | None, device: str,
@@ -159,30 +165,12 @@ def workload_memory(config: str, mode: str, size: str | None, test_mode: str | N
     """:func:`step_memory` of a workload case, on CPU in a fresh interpreter."""
     if args.device.startswith('cuda'):
         return step_memory(workload_case(config, mode, size, test_mode, args.device, args.compile), args.device)
-    cmd = [sys.executable, osp.abspath(__file__), '--workload-probe', config, mode, size or '-', test_mode or '-',
-           '--threads', str(torch.get_num_threads()), '--device', 'cpu'] + (['--compile'] if args.compile else [])
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ))
-    if out.returncode:
-        raise RuntimeError(f'memory probe {config} {mode} failed:\n{out.stderr[-2000:]}')
-    return float(out.stdout.strip().splitlines()[-1])
-
-
-def time_step(step, device: str) -> float:
-    if device.startswith('cuda'):
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    step()
-    if device.startswith('cuda'):
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
+    probe = ['--workload-probe', config, mode, size or '-', test_mode or '-'] + (['--compile'] if args.compile else [])
+    return float(probe_in_subprocess(probe, torch.get_num_threads()))
 
 
 def run_workloads(args) -> list[dict]:
     """Each case of each config pair side by side, interleaved round by round; a markdown table."""
-    import logging
-
-    from mmengine.logging import MMLogger
-    MMLogger.get_current_instance().setLevel(logging.WARNING)  # the models' build logs would interleave the table
     configs = args.configs or PAIRS
     if len(configs) % 2:
         raise SystemExit('--configs takes pairs: each config is compared with the next one')
@@ -194,8 +182,9 @@ def run_workloads(args) -> list[dict]:
     print('|---|---|---|---|---|---|---|---|---|')
     rows = []
     for a, b in zip(configs[::2], configs[1::2]):
+        segmentation = Config.fromfile(osp.join(ROOT, a)).default_scope == 'mmseg'
         for mode, size, test_mode in cases:
-            if size and Config.fromfile(osp.join(ROOT, a)).default_scope != 'mmseg':
+            if size and not segmentation:
                 continue
             steps = [workload_case(c, mode, size, test_mode, args.device, args.compile) for c in (a, b)]
             for step in steps:
@@ -203,7 +192,7 @@ def run_workloads(args) -> list[dict]:
             times = [[], []]
             for _ in range(args.rounds):
                 for i, step in enumerate(steps):
-                    times[i].append(time_step(step, args.device))
+                    times[i].append(time_call(step, args.device))
             speedup = statistics.median(tb / ta for ta, tb in zip(*times))
             memory = ['-', '-'] if args.no_memory else [
                 f'{workload_memory(c, mode, size, test_mode, args):.0f}' for c in (a, b)]
@@ -287,11 +276,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.workload_probe:
-        import logging
-
+    if args.workload_probe or args.configs is not None:
         from mmengine.logging import MMLogger
-        MMLogger.get_current_instance().setLevel(logging.WARNING)
+        MMLogger.get_current_instance().setLevel(logging.WARNING)  # the models' build logs would interleave the table
+    if args.workload_probe:
         config, mode, size, test_mode = (None if v == '-' else v for v in args.workload_probe)
         print(step_memory(workload_case(config, mode, size, test_mode, args.device, args.compile), args.device))
         return

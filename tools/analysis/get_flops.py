@@ -23,19 +23,16 @@ import argparse
 import contextlib
 import os.path as osp
 import sys
-from importlib import import_module
 
 import torch
 import torch.nn as nn
 from mmengine.config import Config
-from mmengine.registry import init_default_scope
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
 from mmwf.analysis import count_flops, released_order  # noqa: E402
-from mmwf.analysis.inputs import Classifier, build_classifier  # noqa: E402
-from mmwf.utils import adapt_to_device  # noqa: E402
+from mmwf.analysis.inputs import Classifier, build_classifier, build_task_model, task_model_config  # noqa: E402
 
 # paper (Tables 4 and 5): params (M), total FLOPs (G), backbone FLOPs (G)
 PAPER = {
@@ -57,11 +54,8 @@ def count_classifier(name: str, shape: tuple[int, int], our_order: bool) -> dict
     """{'classifier': (params M, GFLOPs)} of a classifier by name, or of an mmpretrain config's classifier (its
     backbone with ``out_type='logits'`` holds the head)."""
     if osp.isfile(name):
-        cfg = Config.fromfile(name).model
-        backbone = dict(cfg.get('student', cfg).backbone)
-        backbone.pop('init_cfg', None)
         from mmwf.registry import MODELS
-        model = Classifier(MODELS.build(backbone)).eval()
+        model = Classifier(MODELS.build(dict(task_model_config(name)[1].backbone))).eval()
     else:
         try:
             model = build_classifier(name)
@@ -103,16 +97,12 @@ def count(config: str, shape: tuple[int, int], our_order: bool,
           detections: int | None = None) -> dict[str, tuple[float, float]]:
     """{part: (params M, GFLOPs)} for backbone, backbone+neck and the whole model; a detector keeps
     ``detections`` boxes for its mask head (default: its ``test_cfg.rcnn.max_per_img``)."""
-    cfg = Config.fromfile(config)
-    adapt_to_device(cfg)
-    model_cfg = cfg.model.get('student', cfg.model)  # AttentionDistiller: the teacher is training-only
-    model_cfg.backbone.pop('init_cfg', None)
+    cfg, model_cfg = task_model_config(config)
     if cfg.default_scope == 'mmdet':  # random weights: keep as many detections as asked (0: none pass 1.1)
         rcnn = model_cfg.test_cfg.rcnn
         rcnn.score_thr = 1.1 if detections == 0 else 0.0
         rcnn.max_per_img = detections or rcnn.max_per_img
-    init_default_scope(cfg.default_scope)
-    model = import_module(f'{cfg.default_scope}.registry').MODELS.build(model_cfg).eval()
+    model = build_task_model(cfg.default_scope, model_cfg).eval()
     samples = det_samples(shape) if cfg.default_scope == 'mmdet' else None
     x = torch.randn(1, 3, *shape)
     order = contextlib.nullcontext() if our_order else released_order(model)
