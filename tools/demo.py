@@ -1,7 +1,7 @@
 """End-to-end demo on synthetic data: generate it (if absent), train and test the Cascade Mask R-CNN
 WeightFormer-T demo and the UperNet WeightFormer-T demo from scratch, print box / mask AP and mIoU.
 
-    python tools/demo.py                      # what `make demo` runs (about 16 minutes on 2 CPU cores)
+    python tools/demo.py                      # what `make demo` runs (about 10 minutes on 2 CPU cores)
     python tools/demo.py --tasks seg --max-iters 20 --work-dir /tmp/demo
     python tools/demo.py --tasks distill-seg  # DeiT-T ReLU student distilled from softmax DeiT-T in UperNet
     python tools/demo.py --tasks cls distill-cls  # ImageNet-style classification: WeightFormer-T; DeiT-T ReLU student
