@@ -20,7 +20,7 @@ import os.path as osp
 from tool_args import add_runner_args, load_tool_config
 
 import mmwf  # noqa: F401  (registers modules, weights-only checkpoints)
-from mmwf.utils import build_runner, check_stack
+from mmwf.utils import build_runner, check_stack, close_distributed
 
 
 def parse_args() -> argparse.Namespace:
@@ -46,10 +46,13 @@ def main() -> None:
     if args.show_dir:
         cfg.custom_hooks = [*cfg.get('custom_hooks', []), dict(
             type='ShowPredictionsHook', out_dir=osp.abspath(args.show_dir), max_images=args.show_max)]
-    runner = build_runner(cfg, ('test',))
-    if not args.checkpoint:  # the Runner initialises weights only for training
-        getattr(runner.model, 'module', runner.model).init_weights()
-    metrics = runner.test()
+    try:
+        runner = build_runner(cfg, ('test',))
+        if not args.checkpoint:  # the Runner initialises weights only for training
+            getattr(runner.model, 'module', runner.model).init_weights()
+        metrics = runner.test()
+    finally:
+        close_distributed()
     if args.out_json and runner.rank == 0:
         with open(args.out_json, 'w') as f:
             json.dump({k: float(v) for k, v in metrics.items() if isinstance(v, numbers.Real)}, f, indent=1)

@@ -8,7 +8,7 @@ import argparse
 from tool_args import add_runner_args, load_tool_config
 
 import mmwf  # noqa: F401  (registers modules, weights-only checkpoints)
-from mmwf.utils import build_runner, check_stack
+from mmwf.utils import build_runner, check_stack, close_distributed
 
 
 def parse_args() -> argparse.Namespace:
@@ -27,7 +27,10 @@ def main() -> None:
         cfg.resume, cfg.load_from = True, None
     elif args.resume:
         cfg.resume, cfg.load_from = True, args.resume
-    build_runner(cfg, ('train', 'val')).train()
+    try:
+        build_runner(cfg, ('train', 'val')).train()
+    finally:
+        close_distributed()
 
 
 if __name__ == '__main__':

@@ -97,6 +97,15 @@ def build_runner(cfg: Config, splits: tuple[str, ...]):
     return Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
 
 
+def close_distributed() -> None:
+    """Destroy the process group, if one was started, before the interpreter exits: gloo's threads would
+    otherwise outlive it, and a run that finished aborts at exit ("terminate called without an active
+    exception", a non-zero exit status)."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def init_cpu_distributed(cfg: Config) -> None:
     """With a distributed launcher but no CUDA, start the process group here with gloo, and wrap the model
     in DDP without device ids: mmengine's own initialisation calls ``torch.cuda.set_device`` and its DDP
