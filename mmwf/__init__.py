@@ -11,6 +11,6 @@ from .version import __version__
 check_stack(warn=True)
 enable_safe_mmengine_checkpoints()
 
-from . import analysis, engine, models  # noqa: E402  (registers modules)
+from . import analysis, datasets, engine, models  # noqa: E402  (registers modules)
 
-__all__ = ['__version__', 'analysis', 'models', 'engine']
+__all__ = ['__version__', 'analysis', 'datasets', 'models', 'engine']

@@ -5,8 +5,11 @@ words the user needs (the README's "When something goes wrong" table lists them)
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,11 +19,15 @@ from safetensors.torch import save_file
 
 import mmwf  # noqa: F401
 from mmwf.configs import config_file, export_config
+from mmwf.datasets import CheckAnnotations, check_classes
+from mmwf.engine import StrictRunner
 from mmwf.engine.hooks import NonFiniteLossHook, ShowPredictionsHook
 from mmwf.models.backbones import DeiT, WeightFormer
 from mmwf.models.necks import SimpleFeaturePyramid
 from mmwf.models.transfer import transfer_softmax_weights
 from mmwf.utils import CheckpointError, UnsafeCheckpointError, check_dataset_paths, load_state_dict_file
+from mmwf.utils.checkpoint import CheckpointMismatchError, student_checkpoint
+from tests.toy import ToyData, ToyModel, make_runner
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_WF = dict(embed_dims=32, depth=2, mlp_ratio=2)
@@ -115,6 +122,108 @@ def cascade_head_with_resampling() -> None:
     MODELS.build(dict(cfg.model.roi_head, train_cfg=rcnn, test_cfg=cfg.model.test_cfg.rcnn))
 
 
+def toy_checkpoint(tmp: Path) -> Path:
+    """iter_3.pth of a toy run (a 4 -> 1 linear model; its dataset's classes: ('sum',))."""
+    make_runner(tmp / 'toy', 3, StrictRunner).train()
+    return tmp / 'toy' / 'iter_3.pth'
+
+
+def toy_load(tmp: Path, model: torch.nn.Module | None = None, checkpoint: Path | None = None, **kwargs) -> Callable:
+    """Train a toy runner loading ``checkpoint`` (``load_from``, or resumed with ``resume=True``)."""
+    path = checkpoint or toy_checkpoint(tmp)
+    return make_runner(tmp / 'run', 6, StrictRunner, model=model, load_from=str(path), **kwargs).train
+
+
+def saved(tmp: Path, state: dict, name: str) -> Path:
+    torch.save({'state_dict': state, 'meta': {}}, tmp / name)
+    return tmp / name
+
+
+def released(tmp: Path) -> Path:
+    """Backbone weights as the WeightFormer release ships them: a safetensors file of the backbone's keys."""
+    save_file({'weight': torch.ones(2, 4), 'bias': torch.ones(2)}, str(tmp / 'backbone.safetensors'))
+    return tmp / 'backbone.safetensors'
+
+
+class WithBackbone(ToyModel):
+    def __init__(self):
+        super().__init__()
+        self.backbone = torch.nn.Linear(4, 2)
+
+
+class OtherClasses(ToyData):
+    metainfo = dict(classes=('product',))
+
+
+def toy_test_with_other_classes(tmp: Path) -> Callable:
+    checkpoint = toy_checkpoint(tmp)
+    loader = dict(dataset=OtherClasses(), sampler=dict(type='DefaultSampler', shuffle=False), batch_size=4,
+                  num_workers=0, collate_fn=dict(type='default_collate'))
+    return make_runner(tmp / 'test', 1, StrictRunner, load_from=str(checkpoint), test_dataloader=loader,
+                       test_cfg=dict(), test_evaluator=dict(type='DumpResults', out_file_path=str(tmp / 'r.pkl'))).test
+
+
+def truncated_coco(tmp: Path) -> Callable:
+    from mmengine.registry import init_default_scope
+    (tmp / 'ann.json').write_text(json.dumps({'images': [{'id': 1, 'file_name': 'a.jpg', 'width': 8, 'height': 8}],
+                                              'annotations': [], 'categories': [{'id': 1, 'name': 'circle'}]})[:60])
+
+    def build():
+        init_default_scope('mmdet')
+        StrictRunner.build_dataloader(dict(dataset=dict(type='CocoDataset', data_root=str(tmp), ann_file='ann.json',
+                                                        data_prefix=dict(img=''), pipeline=[]),
+                                           sampler=dict(type='DefaultSampler', shuffle=False), batch_size=1))
+    return build
+
+
+def class_folders(tmp: Path, split: str, classes: tuple[str, ...]):
+    import cv2
+    import numpy as np
+    from mmpretrain.datasets import CustomDataset
+
+    from mmwf.datasets import make_image
+    for name in classes:
+        (tmp / split / name).mkdir(parents=True)
+    img, _, _ = make_image(np.random.default_rng(0), 32, 1, cls=0)
+    cv2.imwrite(str(tmp / split / classes[0] / '0.jpg'), img)
+    return CustomDataset(data_root=str(tmp), data_prefix=split, pipeline=[])
+
+
+def one_split_with_an_extra_folder(tmp: Path) -> Callable:
+    train = class_folders(tmp, 'train', ('circle', 'hexagon', 'square'))  # hexagon: an empty folder
+    val = class_folders(tmp, 'val', ('circle', 'square'))
+    return lambda: check_classes({'train': train, 'val': val}, torch.nn.Module())
+
+
+def more_classes_than_the_head() -> None:
+    model = torch.nn.Module()
+    model.decode_head = torch.nn.Module()
+    model.decode_head.num_classes = 3
+    dataset = SimpleNamespace(metainfo=dict(classes=('a', 'b', 'c', 'd')), ann_file='', data_prefix=dict(
+        img_path='data/ade/images/training'))
+    check_classes({'train': dataset}, model)
+
+
+def coco_class_not_in_file(tmp: Path) -> Callable:
+    (tmp / 'ann.json').write_text(json.dumps({'categories': [{'id': 1, 'name': 'circle'}, {'id': 2, 'name': 'box'}]}))
+    dataset = SimpleNamespace(metainfo=dict(classes=('circle', 'square')), ann_file=str(tmp / 'ann.json'), cat_ids=[1])
+    return lambda: check_classes({'val': dataset}, torch.nn.Module())
+
+
+def annotations(**results) -> Callable:
+    return lambda: CheckAnnotations(num_classes=4)(dict(img_path='a.jpg', seg_map_path='a.png', **results))
+
+
+def unreachable_url(tmp: Path) -> Callable:
+    def load():
+        os.environ['TORCH_HOME'] = str(tmp)
+        try:
+            CheckpointLoader.load_checkpoint('http://127.0.0.1:9/deit_tiny.pth')  # port 9: nothing listens
+        finally:
+            del os.environ['TORCH_HOME']
+    return load
+
+
 # (id, build the failing call from a temporary folder, error type, words the message must contain)
 CASES = [
     # images
@@ -175,6 +284,36 @@ CASES = [
         DeiT(TINY_DEIT), str(truncated(t)), 'copy'), CheckpointError, ['half.pth', 'truncated or damaged']),
     ('truncated checkpoint to resume', lambda t: lambda: CheckpointLoader.load_checkpoint(str(truncated(t))),
      CheckpointError, ['half.pth', 'truncated or damaged']),
+    # checkpoints of another model, at test / load_from and resume
+    ('test checkpoint of another model', lambda t: toy_load(t, ToyModel(3)), CheckpointMismatchError,
+     ['iter_3.pth', 'does not match the model of this config (ToyModel): nothing was loaded', 'shape mismatches (2)',
+      'linear.weight: checkpoint (1, 4) vs model (3, 4)', 'Use the checkpoint this config trained', 'partial_load=True',
+      '--cfg-options partial_load=True']),
+    ('resume with a checkpoint of another model', lambda t: toy_load(t, ToyModel(3), resume=True),
+     CheckpointMismatchError, ['iter_3.pth', 'nothing was loaded', 'linear.bias: checkpoint (1,) vs model (3,)']),
+    ('resume with another optimizer layout', lambda t: toy_load(t, resume=True, optim_wrapper=dict(
+        optimizer=dict(type='AdamW', lr=0.01), paramwise_cfg=dict(bias_lr_mult=2.0))), CheckpointMismatchError,
+     ["cannot resume from", 'iter_3.pth', 'its optimizer state does not fit the parameters of this config',
+      '1 parameter groups in the checkpoint vs 2 here', 'load_from=PATH (no --resume)']),
+    ('explicit resume of a damaged checkpoint', lambda t: toy_load(t, checkpoint=truncated(t), resume=True),
+     CheckpointError, ['half.pth', 'zip archive is truncated or damaged']),
+    ('distiller checkpoint as a test checkpoint', lambda t: toy_load(t, checkpoint=saved(
+        t, {'student.linear.weight': torch.ones(1, 4), 'teacher.w': torch.ones(1)}, 'distill.pth')),
+     CheckpointMismatchError, ['distill.pth', 'unexpected keys (2): student.linear.weight, teacher.w',
+                               'It is a distiller checkpoint', 'extract_student.py']),
+    ('released backbone weights as a test checkpoint', lambda t: toy_load(t, WithBackbone(), released(t)),
+     CheckpointMismatchError, ['backbone.safetensors', 'It is a backbone checkpoint',
+                               "model.backbone.init_cfg=dict(type='Pretrained', checkpoint=PATH)"]),
+    ('test checkpoint trained on other classes', toy_test_with_other_classes, ValueError,
+     ["checkpoint '", 'iter_3.pth', 'the classes it was trained on: 1', 'only in checkpoint', 'sum',
+      'only in the test dataset: product', "give the dataset the checkpoint's classes"]),
+    ('not a distiller checkpoint to extract', lambda t: lambda: student_checkpoint(
+        {'state_dict': {'backbone.w': torch.ones(1)}}, 'det.pth'), CheckpointError,
+     ["'det.pth' is not a distiller checkpoint", "no 'student.' keys", 'backbone.*']),
+    ('unreachable checkpoint URL', unreachable_url, FileNotFoundError,
+     ["cannot download checkpoint 'http://127.0.0.1:9/deit_tiny.pth'", 'download the file yourself']),
+    ('unknown torchvision checkpoint', lambda t: lambda: CheckpointLoader.load_checkpoint('torchvision://resnet5O'),
+     KeyError, ['torchvision://resnet5O is not a checkpoint mmengine knows', 'did you mean resnet50 or']),
     # datasets
     ('COCO not downloaded', lambda t: missing_dataset('configs/cascade_wf_t_coco.py'), FileNotFoundError,
      ['data/coco/', 'cocodataset.org', 'data_root=PATH', 'generate_demo_data.py']),
@@ -182,6 +321,28 @@ CASES = [
      ['ADEChallengeData2016', 'MIT Scene Parsing Benchmark', 'configs/demo/']),
     ('ImageNet not downloaded', lambda t: missing_dataset('configs/imagenet/weightformer_t_in1k.py'),
      FileNotFoundError, ['data/imagenet', 'ILSVRC2012', 'image-net.org', 'data_root=PATH']),
+    ('truncated COCO annotation file', truncated_coco, ValueError,
+     ["cannot read annotation file '", "ann.json' (60 bytes): Unterminated string", 'at line 1, column 57',
+      'download or copy it again']),
+    ('label map of another size than its image', lambda t: annotations(
+        ori_shape=(64, 64), gt_seg_map=torch.zeros(64, 48, dtype=torch.uint8).numpy()), ValueError,
+     ["label map 'a.png' is 48 x 64 (W x H) but its image 'a.jpg' is 64 x 64", 'export it again at that size']),
+    ('label values beyond the classes', lambda t: annotations(
+        ori_shape=(2, 2), gt_seg_map=torch.tensor([[0, 9], [255, 3]], dtype=torch.uint8).numpy(),
+        reduce_zero_label=True), ValueError,
+     ["label map 'a.png' holds class values [10] ([9] after reduce_zero_label",
+      '4 classes (values 0..3, 255 ignored)']),
+    ('image of another size than its annotation', lambda t: annotations(ori_shape=(64, 64), height=64, width=128),
+     ValueError, ["image 'a.jpg' is 64 x 64 (W x H) but its annotation file gives 128 x 64", 'Fix the width / height']),
+    ('class folder in one split only', one_split_with_an_extra_folder, ValueError,
+     ['the train dataset', 'train: 3) and the val dataset', 'val: 2) differ', 'only in the train dataset: hexagon',
+      'an empty folder is a class too']),
+    ('more classes than the head', lambda t: more_classes_than_the_head, ValueError,
+     ['the train dataset (data/ade/images/training) has 4 classes (a, b, c, d) but decode_head has num_classes=3',
+      'Set num_classes=4 on every head']),
+    ('COCO class missing from its annotation file', coco_class_not_in_file, ValueError,
+     ["ann.json' has no category named square (1 of the dataset's 2 classes)", 'its categories are circle, box',
+      "metainfo=dict(classes=(...)) to the file's category names"]),
     ('classifier head without classes', lambda t: lambda: WeightFormer(TINY_WF, out_type='logits'), ValueError,
      ["out_type='logits' needs num_classes > 0"]),
     # packaged configs and pictures

@@ -5,6 +5,7 @@
 # A backbone config sets model.backbone, model.neck.in_channels and optim_wrapper.paramwise_cfg.num_layers.
 _base_ = ['mmdet::_base_/models/cascade-mask-rcnn_r50_fpn.py', 'mmdet::common/lsj-100e_coco-instance.py']
 custom_imports = dict(imports=['mmwf'], allow_failed_imports=False)
+runner_type = 'StrictRunner'  # strict checkpoint loading, resume past damaged checkpoints, dataset checks
 
 image_size = (1024, 1024)
 norm_cfg = dict(type='LayerNorm2d', eps=1e-6, requires_grad=True)

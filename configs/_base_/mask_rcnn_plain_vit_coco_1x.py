@@ -5,6 +5,7 @@
 _base_ = ['mmdet::_base_/models/mask-rcnn_r50_fpn.py', 'mmdet::_base_/datasets/coco_instance.py',
           'mmdet::_base_/schedules/schedule_1x.py', 'mmdet::_base_/default_runtime.py']
 custom_imports = dict(imports=['mmwf'], allow_failed_imports=False)
+runner_type = 'StrictRunner'  # strict checkpoint loading, resume past damaged checkpoints, dataset checks
 
 model = dict(
     data_preprocessor=dict(pad_size_divisor=32),

@@ -7,6 +7,7 @@
 _base_ = ['mmseg::_base_/models/upernet_r50.py', 'mmseg::_base_/datasets/ade20k.py',
           'mmseg::_base_/default_runtime.py']
 custom_imports = dict(imports=['mmwf'], allow_failed_imports=False)
+runner_type = 'StrictRunner'  # strict checkpoint loading, resume past damaged checkpoints, dataset checks
 
 crop_size = (512, 512)
 norm_cfg = dict(type='SyncBN', requires_grad=True)

@@ -1,3 +1,13 @@
-from .synthetic import generate, make_image, write_ade, write_classification, write_coco, write_softmax_deit
+"""Dataset checks (``checks``, needs mmengine only) and the synthetic demo data generator (``synthetic``, needs
+OpenCV)."""
+from importlib.util import find_spec
 
-__all__ = ['generate', 'make_image', 'write_coco', 'write_ade', 'write_classification', 'write_softmax_deit']
+from .checks import CheckAnnotations, annotation_file_error, check_classes, head_class_counts, insert_annotation_checks
+
+__all__ = ['CheckAnnotations', 'annotation_file_error', 'check_classes', 'head_class_counts',
+           'insert_annotation_checks']
+
+if find_spec('cv2') is not None:
+    from .synthetic import generate, make_image, write_ade, write_classification, write_coco, write_softmax_deit
+
+    __all__ += ['generate', 'make_image', 'write_coco', 'write_ade', 'write_classification', 'write_softmax_deit']

@@ -112,10 +112,10 @@ def write_softmax_deit(path: str, seed: int) -> None:
     import torch
 
     from mmwf.models.backbones import DeiT
-    os.makedirs(osp.dirname(path), exist_ok=True)
+    from mmwf.utils.checkpoint import atomic_save
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        torch.save(DeiT('t').state_dict(), path)
+        atomic_save(DeiT('t').state_dict(), path)
 
 
 def write_classification(root: str, split: str, count: int, size: int | tuple[int, int],

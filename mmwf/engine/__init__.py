@@ -1,3 +1,4 @@
 from . import hooks, optimizers
+from .runner import StrictRunner
 
-__all__ = ['hooks', 'optimizers']
+__all__ = ['hooks', 'optimizers', 'StrictRunner']

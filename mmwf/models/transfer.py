@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 from mmengine.logging import print_log
 
-from mmwf.models.layers import resample_grid_tokens
+from mmwf.models.layers import resample_pos_embed
 from mmwf.registry import WEIGHT_INITIALIZERS
 from mmwf.utils.checkpoint import read_state_dict
 
@@ -34,14 +34,6 @@ RECIPES = {
 }
 # student tensors of the new operators, absent from softmax DeiT
 OPERATOR_EXTRAS = re.compile(r'blocks\.\d+\.attn\.(?!qkv\.|proj\.)')
-
-
-def resample_pos_embed(pos: torch.Tensor, grid: int) -> torch.Tensor:
-    """(1, 1 + g*g, C) -> (1, 1 + grid*grid, C): the patch part resampled bicubically, class slot kept."""
-    g = int(round((pos.shape[1] - 1) ** 0.5))
-    if g * g != pos.shape[1] - 1:
-        raise ValueError(f'pos_embed of shape {tuple(pos.shape)} is not a class slot plus a square grid')
-    return torch.cat([pos[:, :1], resample_grid_tokens(pos[:, 1:], g, (grid, grid))], 1)
 
 
 def shape_fits(name: str, src: torch.Size, dst: torch.Size, dim: int) -> bool:
@@ -68,8 +60,9 @@ def transfer_softmax_weights(model: nn.Module, checkpoint: str, recipe: str, cop
             level or under ``model`` / ``state_dict``).
         recipe (str): ``'copy'``, ``'mlp_copy'`` or ``'full_copy'``.
         copy_proj (bool): ``copy`` also takes ``attn.proj`` (where the shapes agree). Defaults to True.
-        prefix (str, optional): keep only checkpoint keys under this prefix and strip it (e.g. ``'backbone.'``);
-            a checkpoint whose keys all start with ``backbone.`` is unwrapped without it. Defaults to None.
+        prefix (str, optional): keep only checkpoint keys under this prefix and strip it (e.g. ``'backbone'``);
+            without it a whole-model checkpoint gives its ``backbone.`` (``student.backbone.``) keys. Defaults to
+            None.
 
     Returns:
         ``{'copied', 'partial', 'resampled', 'kept', 'skipped'}``: student tensor names (``partial`` and

@@ -7,6 +7,8 @@ import torch
 from mmengine.config import Config
 from mmengine.logging import print_log
 
+from mmwf.datasets.checks import dataset_configs
+
 DATASET_HELP = {
     'CocoDataset': ('COCO 2017 (train2017/, val2017/, annotations/instances_{train,val}2017.json) from '
                     'cocodataset.org, placed under data/coco/'),
@@ -21,20 +23,6 @@ DEMO_HELP = ('To try mmwf without it, generate the synthetic demo data and use a
              'configs/demo/cascade_wf_t_demo.py` (or simply `make demo`).')
 
 
-def _datasets(cfg: dict) -> list[dict]:
-    """Dataset configs inside a dataloader config, through wrappers (RepeatDataset, ConcatDataset, ...)."""
-    found = []
-    stack = [cfg.get('dataset')]
-    while stack:
-        ds = stack.pop()
-        if isinstance(ds, dict):
-            if 'dataset' in ds or 'datasets' in ds:
-                stack.extend([ds.get('dataset')] + list(ds.get('datasets', [])))
-            else:
-                found.append(ds)
-    return found
-
-
 def check_dataset_paths(cfg: Config, splits: tuple[str, ...] = ('train', 'val', 'test')) -> None:
     """Raise FileNotFoundError naming the missing dataset folder or file, where to get the data, and the
     demo data, before the runner starts."""
@@ -42,7 +30,7 @@ def check_dataset_paths(cfg: Config, splits: tuple[str, ...] = ('train', 'val', 
         loader = cfg.get(f'{split}_dataloader')
         if not loader:
             continue
-        for ds in _datasets(loader):
+        for ds in dataset_configs(loader):
             root = ds.get('data_root', '')
             prefix = ds.get('data_prefix') or {}
             paths = [ds.get('ann_file', ''), ds.get('split', '')] + list(
@@ -86,15 +74,15 @@ def adapt_to_device(cfg: Config) -> None:
 
 
 def build_runner(cfg: Config, splits: tuple[str, ...]):
-    """Check the data of ``splits``, adapt the config to the device, start CPU distribution if asked, and
-    build the config's runner (an mmengine ``Runner`` unless the config names another ``runner_type``)."""
+    """Check the data of ``splits``, adapt the config to the device, start CPU distribution if asked, and build the
+    config's runner (:class:`~mmwf.engine.StrictRunner` unless the config names another ``runner_type``)."""
     from mmengine.registry import RUNNERS
-    from mmengine.runner import Runner
 
     check_dataset_paths(cfg, splits)
     adapt_to_device(cfg)
     init_cpu_distributed(cfg)
-    return Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
+    cfg.setdefault('runner_type', 'StrictRunner')
+    return RUNNERS.build(cfg)
 
 
 def close_distributed() -> None:

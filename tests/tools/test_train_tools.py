@@ -162,3 +162,20 @@ def test_classification_demos_short_schedule(demo_data, tmp_path):
         metrics = json.loads((tmp_path / task / 'metrics.json').read_text())
         assert 0 <= metrics['accuracy/top1'] <= 100
     assert 'loss_distill' in next(r for r in res.stdout.splitlines() if r.startswith('distill-cls:'))
+
+
+@pytest.mark.slow
+def test_test_tool_refuses_a_checkpoint_of_another_model(demo_data, tmp_path):
+    """A segmentor's checkpoint given to a classifier config: mmengine alone would load nothing, say nothing and
+    report the metric of a random model. tools/test.py stops before the first batch, naming file and keys."""
+    from mmengine.registry import MODELS, init_default_scope
+    cfg = Config.fromfile(str(ROOT / 'configs/demo/upernet_wf_t_demo.py'))
+    init_default_scope(cfg.default_scope)
+    torch.save({'state_dict': MODELS.build(cfg.model).state_dict(), 'meta': {}}, tmp_path / 'seg.pth')
+    res = run([sys.executable, 'tools/test.py', 'configs/demo/weightformer_t_cls_demo.py', str(tmp_path / 'seg.pth'),
+               '--work-dir', str(tmp_path / 'work'), '--cfg-options',
+               f'test_dataloader.dataset.data_root={demo_data / "cls"}'])
+    assert res.returncode != 0
+    assert "CheckpointMismatchError: checkpoint '" + str(tmp_path / 'seg.pth') in res.stderr
+    assert 'unexpected keys (93, under auxiliary_head.*, decode_head.*, neck.*)' in res.stderr
+    assert 'accuracy/top1' not in res.stdout + res.stderr

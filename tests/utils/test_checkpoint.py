@@ -4,9 +4,7 @@ import pickle
 
 import pytest
 import torch
-import torch.nn as nn
-from mmengine.model import BaseModel
-from mmengine.runner import CheckpointLoader, Runner
+from mmengine.runner import CheckpointLoader
 
 import mmwf  # noqa: F401  (makes mmengine checkpoints load weights-only)
 from mmwf.utils import (
@@ -16,43 +14,7 @@ from mmwf.utils import (
     load_weights_only,
     safe_checkpoint_globals,
 )
-
-
-class ToyModel(BaseModel):
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(4, 1)
-
-    def forward(self, inputs, data_samples=None, mode='tensor'):
-        out = self.linear(inputs)
-        if mode == 'loss':
-            return dict(loss=((out - data_samples) ** 2).mean())
-        return out
-
-
-class ToyData(torch.utils.data.Dataset):
-    def __init__(self):
-        g = torch.Generator().manual_seed(0)
-        self.x = torch.randn(32, 4, generator=g)
-        self.y = self.x.sum(1, keepdim=True)
-
-    def __len__(self):
-        return 32
-
-    def __getitem__(self, i):
-        return dict(inputs=self.x[i], data_samples=self.y[i])
-
-
-def make_runner(work_dir, max_iters, **kwargs):
-    return Runner(
-        model=ToyModel(), work_dir=str(work_dir),
-        train_dataloader=dict(dataset=ToyData(), sampler=dict(type='DefaultSampler', shuffle=True),
-                              batch_size=4, num_workers=0, collate_fn=dict(type='default_collate')),
-        optim_wrapper=dict(optimizer=dict(type='AdamW', lr=0.01)),
-        train_cfg=dict(by_epoch=False, max_iters=max_iters),
-        default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=3, by_epoch=False),
-                           logger=dict(type='LoggerHook', interval=1)),
-        randomness=dict(seed=0), default_scope='mmengine', **kwargs)
+from tests.toy import ToyModel, make_runner
 
 
 def test_runner_resumes_weights_only(tmp_path):
@@ -186,3 +148,122 @@ def test_non_finite_loss_stops_training_before_its_checkpoint(tmp_path):
     with pytest.raises(FloatingPointError, match=r'iteration 3: non-finite loss \(loss=nan'):
         runner.train()
     assert not (tmp_path / 'iter_3.pth').exists()
+
+
+TINY_WF = dict(embed_dims=32, depth=2, mlp_ratio=2)
+
+
+def perturbed_state(model: torch.nn.Module) -> dict:
+    """The model's state with every float tensor moved off its initial value (so that a load is visible)."""
+    return {k: v + torch.randn_like(v) if v.is_floating_point() else v for k, v in model.state_dict().items()}
+
+
+@pytest.fixture()
+def http_server(tmp_path, monkeypatch):
+    """Serve ``tmp_path / 'www'`` on 127.0.0.1; downloads go to a fresh torch hub cache."""
+    import functools
+    import http.server
+    import threading
+    root = tmp_path / 'www'
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'torch_home'))
+    yield root, f'http://127.0.0.1:{server.server_address[1]}'
+    server.shutdown()
+
+
+def test_pretrained_from_a_url_with_prefix_without_dot(http_server):
+    """A detector checkpoint served over HTTP, given as mmengine writes it: prefix='backbone' (no dot)."""
+    from mmwf.models.backbones import WeightFormer
+    root, url = http_server
+    state = perturbed_state(WeightFormer(TINY_WF))
+    torch.save({'state_dict': {**{f'backbone.{k}': v for k, v in state.items()}, 'neck.w': torch.ones(1)}},
+               root / 'det.pth')
+    model = WeightFormer(TINY_WF, init_cfg=dict(type='Pretrained', checkpoint=f'{url}/det.pth', prefix='backbone',
+                                                map_location='cpu'))
+    model.init_weights()
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+
+
+def test_downloads_are_read_weights_only(http_server, tmp_path):
+    root, url = http_server
+    marker = tmp_path / 'pwned'
+    torch.save({'x': Evil(str(marker))}, root / 'evil.pth')
+    with pytest.raises(UnsafeCheckpointError, match='evil.pth.*weights-only loading refuses'):
+        CheckpointLoader.load_checkpoint(f'{url}/evil.pth')
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize('scheme,table', [('torchvision://', 'get_torchvision_models'),
+                                          ('open-mmlab://', 'get_external_models')])
+def test_named_checkpoints_resolve_through_mmengines_tables(http_server, monkeypatch, scheme, table):
+    import mmengine.runner.checkpoint as mm_checkpoint
+    root, url = http_server
+    torch.save({'w': torch.arange(3.0)}, root / 'tiny-0123.pth')
+    monkeypatch.setattr(mm_checkpoint, table, lambda: {'tiny': f'{url}/tiny-0123.pth'})
+    assert torch.equal(CheckpointLoader.load_checkpoint(f'{scheme}tiny')['w'], torch.arange(3.0))
+
+
+def test_pretrained_is_applied_after_the_other_init_cfg_entries(tmp_path):
+    """mmengine applies Pretrained last, wherever it sits in a list: a Constant init of the LayerNorms listed after
+    it must not overwrite the loaded weights."""
+    from mmwf.models.backbones import WeightFormer
+    state = perturbed_state(WeightFormer(TINY_WF))
+    torch.save(state, tmp_path / 'wf.pth')
+    model = WeightFormer(TINY_WF, init_cfg=[dict(type='Pretrained', checkpoint=str(tmp_path / 'wf.pth')),
+                                            dict(type='Constant', layer='LayerNorm', val=0.0)])
+    model.init_weights()
+    assert torch.equal(model.norm.weight, state['norm.weight'])
+    assert model.init_cfg[0]['type'] == 'Pretrained'  # the config is left as given
+
+
+def test_pretrained_map_location_is_used(tmp_path):
+    from mmwf.models.backbones import WeightFormer
+    torch.save(WeightFormer(TINY_WF).state_dict(), tmp_path / 'wf.pth')
+    seen = []
+
+    def to_cpu(storage, location):
+        seen.append(location)
+        return storage
+    WeightFormer(TINY_WF, init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'wf.pth'),
+                                        map_location=to_cpu)).init_weights()
+    assert seen and set(seen) == {'cpu'}
+
+
+@pytest.mark.parametrize('kind', ['segmentor', 'distiller'])
+def test_whole_model_checkpoint_gives_its_backbone(tmp_path, kind):
+    """A segmentor's (backbone., decode_head.) or a distiller's (student.backbone., student.neck., teacher.)
+    checkpoint initialises a backbone, and a distiller's gives the student's backbone, not the teacher's."""
+    from mmwf.analysis import build_backbone
+    from mmwf.models.backbones import WeightFormer
+    state = perturbed_state(WeightFormer(TINY_WF))
+    other = perturbed_state(WeightFormer(TINY_WF))
+    if kind == 'segmentor':
+        whole = {**{f'backbone.{k}': v for k, v in state.items()}, 'decode_head.conv_seg.weight': torch.ones(4, 8)}
+    else:
+        whole = {**{f'student.backbone.{k}': v for k, v in state.items()}, 'student.neck.w': torch.ones(1),
+                 **{f'teacher.{k}': v for k, v in other.items()}}
+    torch.save({'state_dict': whole, 'meta': {'iter': 4}}, tmp_path / 'iter_4.pth')
+    model = build_backbone(dict(type='WeightFormer', arch=TINY_WF), str(tmp_path / 'iter_4.pth'))
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
+    from mmengine.fileio import get_file_backend
+
+    from mmwf.utils.checkpoint import AtomicLocalBackend, atomic_write
+    path = tmp_path / 'iter_4.pth'
+    path.write_bytes(b'old checkpoint')
+
+    def half_then_crash(f):
+        f.write(b'new, half')
+        raise OSError('No space left on device')
+    with pytest.raises(OSError, match='No space left'):
+        atomic_write(str(path), half_then_crash)
+    assert path.read_bytes() == b'old checkpoint' and os.listdir(tmp_path) == ['iter_4.pth']
+    atomic_write(str(path), lambda f: f.write(b'new'))
+    assert path.read_bytes() == b'new'
+    assert isinstance(get_file_backend(str(path)), AtomicLocalBackend)

@@ -10,15 +10,14 @@ file *only* when ``--trust-source`` is given, keeps the model tensors and writes
 from __future__ import annotations
 
 import argparse
-import os.path as osp
 import sys
 
 import torch
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-from mmwf.utils.checkpoint import (  # noqa: E402
+from mmwf.utils.checkpoint import (
     CheckpointError,
     UnsafeCheckpointError,
+    atomic_save,
     load_weights_only,
     unwrap_state_dict,
 )
@@ -42,7 +41,7 @@ def convert(src: str, dst: str, trust_source: bool) -> int:
         tensors = unwrap_state_dict(ckpt, src)
     except CheckpointError as err:
         raise SystemExit(f'error: {err}') from None
-    torch.save({'state_dict': tensors, 'meta': {'converted_from': src}}, dst)
+    atomic_save({'state_dict': tensors, 'meta': {'converted_from': src}}, dst)
     torch.load(dst, weights_only=True)  # the result must open safely
     print(f'wrote {len(tensors)} tensors to {dst}')
     return len(tensors)

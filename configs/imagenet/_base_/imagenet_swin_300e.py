@@ -6,6 +6,7 @@
 # A model config sets the backbone (with num_classes=1000, out_type='logits'); the head is parameter-free.
 _base_ = ['mmpretrain::_base_/default_runtime.py']
 custom_imports = dict(imports=['mmwf'], allow_failed_imports=False)
+runner_type = 'StrictRunner'  # strict checkpoint loading, resume past damaged checkpoints, dataset checks
 
 num_classes = 1000
 image_size = 224

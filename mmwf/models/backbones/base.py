@@ -17,7 +17,7 @@ from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
 from mmwf.models.layers import PatchEmbed, tokens_to_map
-from mmwf.utils.checkpoint import strict_pretrained
+from mmwf.utils.checkpoint import init_weights_pretrained_last
 
 
 def resolve_arch(arch: str | dict, table: dict[str, dict], name: str) -> dict:
@@ -94,8 +94,11 @@ class PlainBackbone(BaseModule):
             (dense prediction), or ``'logits'``, the ImageNet classifier's (B, num_classes) logits as a one-tuple
             (an mmpretrain ``ImageClassifier`` with a parameter-free ``ClsHead``; needs ``num_classes`` > 0, and
             released checkpoints load with their head). Defaults to ``'featmap'``.
-        init_cfg (dict | list[dict], optional): mmengine init config; ``Pretrained`` entries load strictly
-            (:class:`mmwf.utils.checkpoint.StrictPretrained`). Defaults to None.
+        init_cfg (dict | list[dict], optional): mmengine init config. ``Pretrained`` entries keep mmengine's
+            contract (applied after the others; ``prefix`` with or without its dot; ``map_location``; local files,
+            URLs and mmengine's named checkpoints) and load strictly
+            (:class:`mmwf.utils.checkpoint.StrictPretrained`): a whole detector / segmentor / classifier /
+            distiller checkpoint gives its backbone's tensors. Defaults to None.
 
     A subclass calls ``super().__init__`` (which builds ``patch_embed``), builds its own stem tensors and
     ``blocks``, then :meth:`init_head`; it implements :meth:`embed` and :meth:`pool`, and may extend
@@ -111,7 +114,7 @@ class PlainBackbone(BaseModule):
     def __init__(self, arch: str | dict, in_channels: int = 3, patch_size: int = 16,
                  out_indices: int | Sequence[int] = -1, final_norm: bool = True, with_cp: bool = False,
                  out_type: str = 'featmap', init_cfg: dict | list | None = None) -> None:
-        super().__init__(init_cfg=strict_pretrained(init_cfg))
+        super().__init__(init_cfg=init_cfg)
         name = type(self).__name__
         if out_type not in self.OUT_TYPES:
             raise ValueError(f'{name} out_type must be one of {self.OUT_TYPES}, got {out_type!r}')
@@ -121,6 +124,11 @@ class PlainBackbone(BaseModule):
         self.patch_size, self.final_norm, self.with_cp = patch_size, final_norm, with_cp
         self.out_indices = resolve_out_indices(out_indices, self.depth, name)
         self.patch_embed = PatchEmbed(in_channels, self.embed_dims, patch_size)
+
+    def init_weights(self) -> None:
+        """mmengine's ``init_weights`` with ``Pretrained`` (and ``SoftmaxTransfer``) entries applied last and
+        strictly (:func:`mmwf.utils.checkpoint.init_weights_pretrained_last`)."""
+        init_weights_pretrained_last(self, super().init_weights)
 
     def init_head(self, num_classes: int) -> None:
         """The final LayerNorm ``norm`` (when used) and, for ``num_classes > 0``, the ImageNet ``head``."""

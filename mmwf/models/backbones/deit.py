@@ -12,9 +12,10 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
+from mmengine.logging import print_log
 from timm.layers import DropPath, Mlp
 
-from mmwf.models.layers import partition, resample_grid_tokens, unpartition
+from mmwf.models.layers import partition, resample_grid_tokens, resample_pos_embed, unpartition
 from mmwf.registry import MODELS
 
 from .base import PlainBackbone
@@ -167,3 +168,16 @@ class DeiT(PlainBackbone):
     def pool(self, x: torch.Tensor, prefix: int) -> torch.Tensor:
         """The class token, or the mean patch token for operators without one."""
         return x[:, 0] if prefix else x.mean(1)
+
+    def checkpoint_filter_fn(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The base filter, then a position table of another grid (a checkpoint trained at another size) resampled
+        to ``pretrain_size``'s grid (:func:`mmwf.models.layers.resample_pos_embed`, as timm), logged."""
+        state_dict = super().checkpoint_filter_fn(state_dict)
+        pos = state_dict.get('pos_embed')
+        if (pos is not None and pos.dim() == 3 and pos.shape[-1] == self.embed_dims
+                and pos.shape != self.pos_embed.shape):
+            state_dict = dict(state_dict, pos_embed=resample_pos_embed(pos, self.pretrain_grid))
+            print_log(f'DeiT: resampled pos_embed from {pos.shape[1] - 1} to {self.pretrain_grid ** 2} patch positions '
+                      f'(a {self.pretrain_grid} x {self.pretrain_grid} grid, pretrain_size '
+                      f'{self.pretrain_grid * self.patch_size})', logger='current')
+        return state_dict

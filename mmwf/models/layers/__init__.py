@@ -30,6 +30,7 @@ from .tokens import (
                      partition,
                      pool_tokens,
                      resample_grid_tokens,
+                     resample_pos_embed,
                      tokens_to_map,
                      unpartition,
 )
@@ -40,4 +41,4 @@ __all__ = ['LayerNorm2d', 'DynamicLinear', 'GAPDynamicLinear', 'LinearDynamicLin
            'AdaptiveDynamicDWConv', 'AmpDirDynamicDWConv', 'ConvDynamicDWConv', 'StaticDWConv', 'AttentionBase',
            'SoftmaxAttention', 'ELUAttention', 'ReLUAttention', 'InLineAttention', 'MHLAttention', 'TTTAttention',
            'PatchEmbed', 'tokens_to_map', 'map_to_tokens', 'pool_tokens', 'partition', 'unpartition',
-           'resample_grid_tokens']
+           'resample_grid_tokens', 'resample_pos_embed']

@@ -51,3 +51,19 @@ def test_window_partition_round_trip():
 def test_windows_with_class_token_is_rejected():
     with pytest.raises(ValueError, match='with_cls_token=False'):
         DeiT('t', window_size=14, window_block_indexes=(0,))
+
+
+@pytest.mark.parametrize('grid', [7, 24], ids=['smaller grid', 'larger grid'])
+def test_checkpoint_of_another_grid_is_resampled_as_timm_does(tmp_path, grid):
+    """A DeiT checkpoint trained at another size (grid x grid positions) loads into a 224 model: its position
+    table is resampled to 14 x 14 exactly as timm's checkpoint_filter_fn does (bicubic, antialiased)."""
+    from timm.layers import resample_abs_pos_embed
+    arch = dict(embed_dims=32, depth=1, num_heads=2, mlp_ratio=2)
+    source = DeiT(arch, pretrain_size=16 * grid)
+    state = {k: v + torch.randn_like(v) for k, v in source.state_dict().items()}
+    torch.save(state, tmp_path / 'deit.pth')
+    model = DeiT(arch, init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'deit.pth')))
+    model.init_weights()
+    expected = resample_abs_pos_embed(state['pos_embed'], new_size=(14, 14), num_prefix_tokens=1)
+    assert torch.allclose(model.pos_embed, expected, atol=1e-6)
+    assert torch.equal(model.blocks[0].attn.qkv.weight, state['blocks.0.attn.qkv.weight'])

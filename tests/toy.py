@@ -1,0 +1,48 @@
+"""A toy mmengine model, dataset and runner: resume, strict loading and checkpoint writing in seconds."""
+import uuid
+
+import torch
+import torch.nn as nn
+from mmengine.model import BaseModel
+from mmengine.runner import Runner
+
+
+class ToyModel(BaseModel):
+    def __init__(self, out_features: int = 1):
+        super().__init__()
+        self.linear = nn.Linear(4, out_features)
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        out = self.linear(inputs)
+        if mode == 'loss':
+            return dict(loss=((out - data_samples) ** 2).mean())
+        return out
+
+
+class ToyData(torch.utils.data.Dataset):
+    metainfo = dict(classes=('sum',))
+
+    def __init__(self):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(32, 4, generator=g)
+        self.y = self.x.sum(1, keepdim=True)
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        return dict(inputs=self.x[i], data_samples=self.y[i])
+
+
+def make_runner(work_dir, max_iters, runner_cls=Runner, model=None, interval=3, **kwargs):
+    """A runner of ``max_iters`` on the toy data, checkpointing every ``interval``; its own logger (log file in
+    ``work_dir/<experiment>/``)."""
+    return runner_cls(
+        model=model or ToyModel(), work_dir=str(work_dir),
+        train_dataloader=dict(dataset=ToyData(), sampler=dict(type='DefaultSampler', shuffle=True),
+                              batch_size=4, num_workers=0, collate_fn=dict(type='default_collate')),
+        train_cfg=dict(by_epoch=False, max_iters=max_iters),
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=interval, by_epoch=False),
+                           logger=dict(type='LoggerHook', interval=1)),
+        randomness=dict(seed=0), default_scope='mmengine', experiment_name=f'toy_{uuid.uuid4().hex[:8]}',
+        **{'optim_wrapper': dict(optimizer=dict(type='AdamW', lr=0.01)), **kwargs})
