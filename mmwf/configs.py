@@ -17,6 +17,7 @@ from pathlib import Path
 from mmengine.config import Config
 
 CONFIG_ROOT = Path(__file__).resolve().parent / '.mim' / 'configs'
+MODEL_INDEX = CONFIG_ROOT.parent / 'model-index.yml'
 
 
 def config_files() -> dict[str, Path]:
@@ -43,6 +44,28 @@ def config_file(name: str) -> Path:
         hint = f'did you mean {", ".join(close)}? ' if close else ''
         raise ValueError(f'no mmwf config named {name!r}; {hint}`python -m mmwf.configs --list` lists them')
     return files[name]
+
+
+def metafile_models() -> dict[str, dict]:
+    """Every model of the metafiles ``model-index.yml`` imports, by config name: the one home of each config's
+    counts and of the paper's figures (``Metadata``: ``Parameters (M)``, ``GFLOPs``, ``Paper Parameters (M)``,
+    ``Paper GFLOPs``; ``Results`` with their ``Results Source``)."""
+    import yaml
+    models = {}
+    for metafile in yaml.safe_load(MODEL_INDEX.read_text())['Import']:
+        for model in yaml.safe_load((MODEL_INDEX.parent / metafile).read_text())['Models']:
+            if model['Name'] in models:
+                raise RuntimeError(f'{model["Name"]} is listed twice in the metafiles ({metafile})')
+            models[model['Name']] = model
+    return models
+
+
+def paper_counts(name: str) -> tuple[float, float] | None:
+    """The paper's (params M, GFLOPs) for config ``name``, as the paper prints them, or None."""
+    meta = metafile_models().get(name, {}).get('Metadata', {})
+    if 'Paper Parameters (M)' not in meta:
+        return None
+    return meta['Paper Parameters (M)'], meta['Paper GFLOPs']
 
 
 def export_config(name: str, dest: str | Path) -> Path:

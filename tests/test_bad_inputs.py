@@ -214,6 +214,32 @@ def annotations(**results) -> Callable:
     return lambda: CheckAnnotations(num_classes=4)(dict(img_path='a.jpg', seg_map_path='a.png', **results))
 
 
+def label_beyond_classes(tmp: Path) -> Callable:
+    """An ADE20K-layout folder whose second label map holds 10 (9 after reduce_zero_label) for 4 classes, read by
+    the runner's data loader in a worker process, as training reads it."""
+    import cv2
+    import numpy as np
+    from mmengine.registry import init_default_scope
+
+    from mmwf.datasets import write_ade
+    write_ade(str(tmp), 'training', 2, 32, np.random.default_rng(0))
+    label = tmp / 'annotations' / 'training' / '00001.png'
+    cv2.imwrite(str(label), np.full((32, 32), 10, np.uint8))
+    pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'), dict(type='CheckAnnotations'),
+                dict(type='PackSegInputs')]
+    dataset = dict(type='BaseSegDataset', data_root=str(tmp), img_suffix='.jpg', seg_map_suffix='.png',
+                   reduce_zero_label=True, metainfo=dict(classes=('background', 'circle', 'square', 'triangle')),
+                   data_prefix=dict(img_path='images/training', seg_map_path='annotations/training'),
+                   pipeline=pipeline)
+
+    def read():
+        init_default_scope('mmseg')
+        loader = StrictRunner.build_dataloader(dict(dataset=dataset, batch_size=2, num_workers=1,
+                                                    sampler=dict(type='DefaultSampler', shuffle=False)))
+        next(iter(loader))
+    return read
+
+
 def unreachable_url(tmp: Path) -> Callable:
     def load():
         os.environ['TORCH_HOME'] = str(tmp)
@@ -239,7 +265,7 @@ CASES = [
      ValueError, ['torch.float16 images', 'mixed precision', 'AmpOptimWrapper']),
     # configs
     ('unknown arch', lambda t: lambda: WeightFormer('xl'), ValueError,
-     ["unknown WeightFormer arch 'xl'", "['b', 's', 't']"]),
+     ["unknown WeightFormer arch 'xl'", "['b', 's', 't', 't18']"]),
     ('custom arch without depth', lambda t: lambda: DeiT(dict(embed_dims=64, num_heads=2, mlp_ratio=4)), ValueError,
      ['custom DeiT arch', "lacks ['depth']", 'embed_dims, mlp_ratio, num_heads']),
     ('out_indices past the last block', lambda t: lambda: WeightFormer('t', out_indices=(17,)), ValueError,
@@ -286,11 +312,11 @@ CASES = [
      CheckpointError, ['half.pth', 'truncated or damaged']),
     # checkpoints of another model, at test / load_from and resume
     ('test checkpoint of another model', lambda t: toy_load(t, ToyModel(3)), CheckpointMismatchError,
-     ['iter_3.pth', 'does not match the model of this config (ToyModel): nothing was loaded', 'shape mismatches (2)',
-      'linear.weight: checkpoint (1, 4) vs model (3, 4)', 'Use the checkpoint this config trained', 'partial_load=True',
-      '--cfg-options partial_load=True']),
+     ['iter_3.pth', 'does not match the model of this config (ToyModel); the run stops before the first batch',
+      'shape mismatches (2)', 'linear.weight: checkpoint (1, 4) vs model (3, 4)',
+      'Use the checkpoint this config trained', 'partial_load=True', '--cfg-options partial_load=True']),
     ('resume with a checkpoint of another model', lambda t: toy_load(t, ToyModel(3), resume=True),
-     CheckpointMismatchError, ['iter_3.pth', 'nothing was loaded', 'linear.bias: checkpoint (1,) vs model (3,)']),
+     CheckpointMismatchError, ['iter_3.pth', 'the run stops', 'linear.bias: checkpoint (1,) vs model (3,)']),
     ('resume with another optimizer layout', lambda t: toy_load(t, resume=True, optim_wrapper=dict(
         optimizer=dict(type='AdamW', lr=0.01), paramwise_cfg=dict(bias_lr_mult=2.0))), CheckpointMismatchError,
      ["cannot resume from", 'iter_3.pth', 'its optimizer state does not fit the parameters of this config',
@@ -327,11 +353,8 @@ CASES = [
     ('label map of another size than its image', lambda t: annotations(
         ori_shape=(64, 64), gt_seg_map=torch.zeros(64, 48, dtype=torch.uint8).numpy()), ValueError,
      ["label map 'a.png' is 48 x 64 (W x H) but its image 'a.jpg' is 64 x 64", 'export it again at that size']),
-    ('label values beyond the classes', lambda t: annotations(
-        ori_shape=(2, 2), gt_seg_map=torch.tensor([[0, 9], [255, 3]], dtype=torch.uint8).numpy(),
-        reduce_zero_label=True), ValueError,
-     ["label map 'a.png' holds class values [10] ([9] after reduce_zero_label",
-      '4 classes (values 0..3, 255 ignored)']),
+    ('label values beyond the classes, in a loader worker', label_beyond_classes, ValueError,
+     ["00001.png' holds class values [10] ([9] after reduce_zero_label", '4 classes (values 0..3, 255 ignored)']),
     ('image of another size than its annotation', lambda t: annotations(ori_shape=(64, 64), height=64, width=128),
      ValueError, ["image 'a.jpg' is 64 x 64 (W x H) but its annotation file gives 128 x 64", 'Fix the width / height']),
     ('class folder in one split only', one_split_with_an_extra_folder, ValueError,

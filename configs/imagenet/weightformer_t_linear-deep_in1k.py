@@ -1,4 +1,4 @@
-# Table 1, dynamic first MLP linear by DeepDynamicLinear (eq. 7); static DWConv, as Table 2's linear-only row.
-_base_ = './weightformer_t_in1k.py'
+# Table 2, dynamic first MLP linear by DeepDynamicLinear (eq. 7); static DWConv.
+_base_ = './weightformer_t_dyn-linear1-dwc_in1k.py'
 
 model = dict(backbone=dict(dynamic_dwc=None, dynamic_linear=dict(type='DeepDynamicLinear')))

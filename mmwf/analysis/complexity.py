@@ -38,10 +38,12 @@ def count_flops(model: nn.Module, inputs: torch.Tensor | tuple) -> int:
 
 @contextmanager
 def released_order(model: nn.Module) -> Iterator[nn.Module]:
-    """Evaluate every Bilateral dynamic linear in the release's order (same outputs), e.g. to count FLOPs
-    under the paper's convention; restores the previous setting on exit."""
-    from mmwf.models.layers import BilateralDynamicLinear
-    layers = [m for m in model.modules() if isinstance(m, BilateralDynamicLinear)]
+    """Evaluate every dynamic linear with a choice of order (Bilateral, eq. 8, and the correlation strategies,
+    eqs. 5-7) in the token order (same outputs): the release's for Bilateral, the one whose FLOPs the paper's
+    Table 2 reports for eqs. 5-7; e.g. to count FLOPs under the paper's convention. Restores the previous
+    setting on exit."""
+    from mmwf.models.layers import DynamicLinear
+    layers = [m for m in model.modules() if isinstance(m, DynamicLinear) and hasattr(m, 'order')]
     saved = [m.order for m in layers]
     for m in layers:
         m.order = 'tokens'

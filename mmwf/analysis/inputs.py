@@ -17,7 +17,7 @@ OPERATORS = {'elu': 'ELUAttention', 'relu': 'ReLUAttention', 'inline': 'InLineAt
 
 def classifier_config(name: str) -> dict:
     """An ImageNet classifier by name -> its backbone config with the 1000-class head: ``wf-{t,s,b}``,
-    ``static-t`` (Table 2's baseline), ``deit-{t,s,b}`` and ``deit-{t,s,b}-{elu,relu,inline,mhla,ttt}``."""
+    ``static-t`` (WF-T with every block static), ``deit-{t,s,b}`` and ``deit-{t,s,b}-{elu,relu,inline,mhla,ttt}``."""
     parts = name.split('-')
     family, arch, op = parts[0], parts[1] if len(parts) > 1 else '', parts[2:]
     if family not in ('wf', 'static', 'deit') or arch not in ('t', 's', 'b') or len(op) > 1 or (

@@ -130,7 +130,8 @@ def check_coco_categories(dataset: object) -> None:
 def check_classes(splits: dict[str, object], model: nn.Module,
                   checkpoint: tuple[str, Sequence[str]] | None = None) -> None:
     """Before any batch: the class lists of the built ``splits`` ({'train': dataset, ...}) agree with each other
-    (train first), with every head's ``num_classes`` (:func:`head_class_counts`) and with ``checkpoint`` = (path,
+    (train first), with every head's ``num_classes`` (:func:`head_class_counts`; the box and mask heads of a
+    panoptic dataset count its ``thing_classes``) and with ``checkpoint`` = (path,
     the classes it was trained on); COCO files have every class named. Raises ValueError with the numbers, the
     names that differ and the fix."""
     named = {split: (ds, classes_of(ds)) for split, ds in splits.items()}
@@ -146,7 +147,9 @@ def check_classes(splits: dict[str, object], model: nn.Module,
         if why:
             raise ValueError(f'{why}\n{CLASSES_FIX}')
     for split, ds, classes in with_classes:
-        wrong = {head: n for head, n in head_class_counts(model).items() if n != len(classes)}
+        things = (getattr(ds, 'metainfo', None) or {}).get('thing_classes')  # panoptic: boxes and masks of things
+        wrong = {head: n for head, n in head_class_counts(model).items() if n != (
+            len(things) if things and {'bbox_head', 'mask_head'} & set(head.split('.')) else len(classes))}
         if wrong:
             heads = ', '.join(f'{head} has num_classes={n}' for head, n in wrong.items())
             raise ValueError(f'the {split} dataset ({describe(ds)}) has {len(classes)} classes ({_names(classes)}) but '
@@ -201,8 +204,9 @@ def annotation_file_error(cfg: dict | list) -> ValueError | None:
 class CheckAnnotations:
     """Pipeline step after ``LoadAnnotations``: the annotations fit their image, else one error naming both files.
 
-    - a label map (``gt_seg_map``, mmseg) has the image's size, and holds only class values below ``num_classes``
-      or ``ignore_index`` (after ``reduce_zero_label``);
+    - a label map (``gt_seg_map``) has the image's size and, in mmseg datasets, holds only class values below
+      ``num_classes`` or ``ignore_index`` (after ``reduce_zero_label``; mmdet's semantic maps of HTC / SCNet have
+      their own class count and are not checked);
     - an image has the ``height`` / ``width`` its annotation file gives (mmdet: boxes and polygons are in that
       frame).
 
@@ -220,10 +224,14 @@ class CheckAnnotations:
         image = results.get('img_path')
         seg = results.get('gt_seg_map')
         if seg is not None and ori is not None and tuple(seg.shape[:2]) != tuple(ori[:2]):
+            rotated = tuple(seg.shape[:2]) == tuple(ori[1::-1])
+            fix = ("the image was probably turned by its EXIF orientation tag when decoded (the label map is not): "
+                   "load images with color_type='color_ignore_orientation' in LoadImageFromFile" if rotated else
+                   'export it again at that size, or check that the two files belong together')
             raise ValueError(f"label map {results.get('seg_map_path')!r} is {seg.shape[1]} x {seg.shape[0]} (W x H) "
-                             f'but its image {image!r} is {ori[1]} x {ori[0]}. A label map must have its image\'s '
-                             'size: export it again at that size, or check that the two files belong together.')
-        if seg is not None and self.num_classes:
+                             f"but its image {image!r} is {ori[1]} x {ori[0]}. A label map must have its image's "
+                             f'size: {fix}.')
+        if seg is not None and self.num_classes and 'reduce_zero_label' in results:  # mmseg's label maps
             values = np.flatnonzero(np.bincount(seg.ravel(), minlength=1)) if seg.dtype == np.uint8 else np.unique(seg)
             bad = [int(v) for v in values if v >= self.num_classes and v != self.ignore_index]
             if bad:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import uuid
 import warnings
 from collections.abc import Callable
@@ -86,20 +87,29 @@ def _mmengine_load_from_local(filename: str, map_location: str | torch.device | 
 
 def atomic_write(path: str, write: Callable, mode: str = 'wb') -> None:
     """Write a file so that it is either the old or the complete new one, never a part: ``write(f)`` fills a
-    temporary file in the same folder, which is flushed, fsynced and renamed over ``path`` (then the folder is
-    fsynced). A path that exists but is not a regular file (a device, a link) is written in place."""
+    temporary file ``.NAME.XXXXXXXX.tmp`` in the same folder, which is flushed, fsynced and renamed over ``path``
+    (keeping an existing file's permission bits; then the folder is fsynced). A path that exists but is not a
+    regular file (a device, a link), or a folder where no file can be created, is written in place."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    if os.path.lexists(path) and (os.path.islink(path) or not os.path.isfile(path)):
+    tmp = os.path.join(folder, f'.{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp')
+    in_place = os.path.lexists(path) and (os.path.islink(path) or not os.path.isfile(path))
+    if not in_place:
+        try:
+            f = open(tmp, mode)
+        except PermissionError:
+            in_place = True
+    if in_place:
         with open(path, mode) as f:
             write(f)
         return
-    tmp = os.path.join(folder, f'.{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp')
     try:
-        with open(tmp, mode) as f:
+        with f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        if os.path.isfile(path):
+            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -120,16 +130,20 @@ def atomic_save(obj: object, path: str) -> None:
     atomic_write(path, lambda f: torch.save(obj, f))
 
 
+CHECKPOINT_SUFFIXES = ('.pth', '.pt', '.ckpt', '.safetensors')
+
+
 class AtomicLocalBackend(LocalBackend):
-    """mmengine's local file backend with atomic ``put`` / ``put_text`` (:func:`atomic_write`). The runner saves
-    checkpoints through ``put``; mmengine's own backend opens the target and writes into it, so a run killed
-    while saving leaves a truncated checkpoint where the previous one was."""
+    """mmengine's local file backend, writing checkpoints atomically (:func:`atomic_write`). The runner saves them
+    through ``put``; mmengine's own backend opens the target and writes into it, so a run killed while saving
+    leaves a truncated checkpoint where the previous one was. Other files (results, pictures) are written as
+    mmengine writes them, without the fsyncs."""
 
     def put(self, obj: bytes, filepath: str) -> None:
-        atomic_write(str(filepath), lambda f: f.write(obj))
-
-    def put_text(self, obj: str, filepath: str, encoding: str = 'utf-8') -> None:
-        atomic_write(str(filepath), lambda f: f.write(obj.encode(encoding)))
+        if str(filepath).endswith(CHECKPOINT_SUFFIXES):
+            atomic_write(str(filepath), lambda f: f.write(obj))
+        else:
+            super().put(obj, filepath)
 
 
 def _download(url: str) -> str:
@@ -337,19 +351,23 @@ def _listing(keys: list[str], limit: int = 8) -> str:
     return ', '.join(keys[:limit]) + more
 
 
-def state_dict_mismatch(own: dict[str, torch.Tensor], state: dict[str, torch.Tensor]) -> list[str]:
-    """Lines naming the missing, unexpected and mis-shaped keys of ``state`` against the model's ``own`` state
-    dict (a few of each, and the counts); empty when every key and shape matches."""
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    mismatched = sorted(f'{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(own[k].shape)}'
-                        for k in set(own) & set(state) if state[k].shape != own[k].shape)
+def mismatch_lines(missing: list[str], unexpected: list[str], mismatched: list[str]) -> list[str]:
+    """Lines naming missing, unexpected and mis-shaped keys (a few of each, and the counts; where the keys are
+    many, the modules they are under)."""
     lines, limit = [], 8
     for kind, keys in (('missing keys', missing), ('unexpected keys', unexpected), ('shape mismatches', mismatched)):
         if keys:
             where = f', under {_modules(keys)}' if len(keys) > limit and kind != 'shape mismatches' else ''
             lines.append(f'{kind} ({len(keys)}{where}): {_listing(keys, limit)}')
     return lines
+
+
+def state_dict_mismatch(own: dict[str, torch.Tensor], state: dict[str, torch.Tensor]) -> list[str]:
+    """:func:`mismatch_lines` of ``state`` against the model's ``own`` state dict; empty when every key and shape
+    matches."""
+    return mismatch_lines(sorted(set(own) - set(state)), sorted(set(state) - set(own)),
+                          sorted(f'{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(own[k].shape)}'
+                                 for k in set(own) & set(state) if state[k].shape != own[k].shape))
 
 
 def load_strict(model: nn.Module, state: dict[str, torch.Tensor], path: str) -> None:

@@ -64,13 +64,72 @@ def test_auto_resume_falls_back_past_a_damaged_last_checkpoint(trained, tmp_path
     assert runner.iter == 8
 
 
-def test_newest_complete_checkpoint_orders_by_iteration_when_last_checkpoint_is_gone(trained, tmp_path):
+def test_newest_complete_checkpoint_is_the_highest_complete_iteration(trained, tmp_path):
+    """mmengine writes last_checkpoint after the file: a run killed in between names iter_3 while iter_6 is whole."""
     for name in ('iter_3.pth', 'iter_6.pth'):
         (tmp_path / name).write_bytes((trained / name).read_bytes())
+    (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'iter_3.pth'))
     (tmp_path / 'iter_9.pth').write_bytes(b'')
     path, skipped = newest_complete_checkpoint(str(tmp_path))
     assert path == str(tmp_path / 'iter_6.pth')
     assert skipped == [(str(tmp_path / 'iter_9.pth'), 'the file is empty (0 bytes)')]
+
+
+def test_checkpoint_written_without_crcs_is_complete(tmp_path):
+    torch.serialization.set_crc32_options(False)
+    try:
+        torch.save({'state_dict': {'w': torch.ones(64)}}, tmp_path / 'iter_1.pth')
+    finally:
+        torch.serialization.set_crc32_options(True)
+    assert checkpoint_problem(str(tmp_path / 'iter_1.pth')) is None
+
+
+def test_factored_optimizer_state_fits(tmp_path):
+    """Adafactor keeps row / column statistics of other shapes than the parameter: not a mismatch."""
+    from mmwf.engine.runner import optimizer_state_mismatch
+    param = torch.nn.Parameter(torch.randn(8, 4))
+    optimizer = torch.optim.Adafactor([param])
+    param.grad = torch.randn(8, 4)
+    optimizer.step()
+    assert optimizer_state_mismatch(optimizer, optimizer.state_dict(), {id(param): 'w'}) == []
+    other = torch.optim.AdamW([torch.nn.Parameter(torch.randn(8, 5))])
+    other.param_groups[0]['params'][0].grad = torch.randn(8, 5)
+    other.step()
+    assert optimizer_state_mismatch(torch.optim.AdamW([param]), other.state_dict(), {id(param): 'w'}) == [
+        'state shape mismatches (2): w (exp_avg): checkpoint (8, 5) vs parameter (8, 4), w (exp_avg_sq): checkpoint '
+        '(8, 5) vs parameter (8, 4)']
+
+
+class Renamed(ToyModel):
+    """A model whose load hook converts an older key layout (as mmpretrain's and mmdet's models do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_load_state_dict_pre_hook(self.rename)
+
+    @staticmethod
+    def rename(module, state, prefix, *args):
+        for key in [k for k in state if k.startswith(prefix + 'old_linear.')]:
+            state[key.replace('old_linear.', 'linear.')] = state.pop(key)
+
+
+def test_load_hooks_of_the_model_run_before_the_strict_check(trained, tmp_path):
+    saved = torch.load(trained / 'iter_6.pth', weights_only=True)
+    saved['state_dict'] = {k.replace('linear.', 'old_linear.'): v for k, v in saved['state_dict'].items()}
+    torch.save(saved, tmp_path / 'old_layout.pth')
+    runner = make_runner(tmp_path / 'run', 1, StrictRunner, model=Renamed(), load_from=str(tmp_path / 'old_layout.pth'))
+    runner.load_or_resume()
+    assert torch.equal(runner.model.linear.weight, saved['state_dict']['old_linear.weight'])
+
+
+def test_training_removes_what_a_killed_save_left(tmp_path):
+    stale = tmp_path / '.iter_3.pth.0123abcd.tmp'
+    stale.write_bytes(b'half a checkpoint')
+    other = tmp_path / '.notes.tmp'  # not ours: kept
+    other.write_text('x')
+    make_runner(tmp_path, 1, StrictRunner).train()
+    assert not stale.exists() and other.exists()
+    assert f'removed {stale}' in log_text(tmp_path)
 
 
 def test_resume_with_nothing_to_resume_trains_from_scratch_and_says_so(tmp_path):
@@ -88,8 +147,8 @@ def test_partial_load_loads_the_matching_tensors_and_logs_the_rest(trained, tmp_
     saved = torch.load(trained / 'iter_6.pth', weights_only=True)['state_dict']
     assert torch.equal(runner.model.linear.weight, saved['linear.weight'])
     log = log_text(tmp_path)
-    assert 'partial_load=True: loading only the matching tensors' in log
-    assert 'missing keys (2): extra.bias, extra.weight' in log
+    assert f'partial_load=True: loading only the tensors of {trained / "iter_6.pth"} that match the model' in log
+    assert 'missing keys in source state_dict: extra.weight, extra.bias' in log
 
 
 def test_matching_checkpoint_loads_every_tensor(trained, tmp_path):

@@ -33,6 +33,7 @@ sys.path.insert(0, ROOT)
 
 from mmwf.analysis import count_flops, released_order  # noqa: E402
 from mmwf.analysis.inputs import Classifier, build_classifier, build_task_model, task_model_config  # noqa: E402
+from mmwf.configs import paper_counts  # noqa: E402
 
 # paper (Tables 4 and 5): params (M), total FLOPs (G), backbone FLOPs (G)
 PAPER = {
@@ -42,12 +43,9 @@ PAPER = {
 }
 
 
-# paper Table 3 (ImageNet classifiers at 224): params (M), GFLOPs
-PAPER_CLASSIFIERS = {'wf-t': (7, 1.1), 'deit-t': (6, 1.2), 'wf-s': (27, 4.4), 'deit-s': (22, 4.6)}
-# the same rows by ImageNet config, and Table 2's static baseline CNN
-PAPER_CLASSIFIERS.update({'weightformer_t_in1k': (7, 1.1), 'weightformer_s_in1k': (27, 4.4),
-                          'deit_t_softmax_in1k': (6, 1.2), 'deit_s_softmax_in1k': (22, 4.6),
-                          'weightformer_t_static_in1k': (5.7, 1.1)})
+# classifier names of Table 3 -> their configs, whose metafile entries hold the paper's counts
+CLASSIFIER_CONFIGS = {'wf-t': 'weightformer_t_in1k', 'wf-s': 'weightformer_s_in1k', 'deit-t': 'deit_t_softmax_in1k',
+                      'deit-s': 'deit_s_softmax_in1k', 'deit-b': 'deit_b_softmax_in1k'}
 
 
 def count_classifier(name: str, shape: tuple[int, int], our_order: bool) -> dict[str, tuple[float, float]]:
@@ -147,7 +145,7 @@ def main() -> None:
             name = osp.splitext(osp.basename(config))[0]
             row = f'| {name} | {shape[0]}x{shape[1]} | classifier | {params:.2f} | {flops:.2f} |'
             if args.paper:
-                paper = PAPER_CLASSIFIERS.get(name) if shape == (224, 224) else None
+                paper = paper_counts(CLASSIFIER_CONFIGS.get(name, name)) if shape == (224, 224) else None
                 row += f' {rel(flops, paper[1])}; params {rel(params, paper[0])} |' if paper else ' - |'
             print(row, flush=True)
             continue

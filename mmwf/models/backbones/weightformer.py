@@ -41,10 +41,12 @@ class WeightFormerBlock(nn.Module):
         norm_stream (bool): normalise the stream first (dynamic blocks of the release).
         drop (float): dropout in the MLP. Defaults to 0.
         drop_path (float): stochastic depth of the MLP branch. Defaults to 0.
+        linear2_context (bool): a dynamic ``linear2`` predicts its update from the MLP's C-wide input
+            ``norm2(x)``, not from its own 4C-wide input. Defaults to False.
     """
 
     def __init__(self, dim: int, mlp_ratio: float, dwc: dict, linear1: dict, linear2: dict,
-                 norm_stream: bool, drop: float = 0.0, drop_path: float = 0.0) -> None:
+                 norm_stream: bool, drop: float = 0.0, drop_path: float = 0.0, linear2_context: bool = False) -> None:
         super().__init__()
         hidden = int(dim * mlp_ratio)
         self.norm1 = nn.LayerNorm(dim, eps=1e-6) if norm_stream else nn.Identity()
@@ -53,7 +55,9 @@ class WeightFormerBlock(nn.Module):
         self.linear1 = MODELS.build(dict(linear1, in_features=dim, out_features=hidden))
         self.act = nn.GELU()
         self.drop = nn.Dropout(drop)
-        self.linear2 = MODELS.build(dict(linear2, in_features=hidden, out_features=dim))
+        self.linear2_context = linear2_context
+        context = dict(context_features=dim) if linear2_context else {}
+        self.linear2 = MODELS.build(dict(linear2, in_features=hidden, out_features=dim, **context))
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
@@ -61,9 +65,10 @@ class WeightFormerBlock(nn.Module):
         x = self.norm1(x)
         y = self.dwc(x, hw)
         x = y.add_(x) if inplace else y + x
-        y = self.linear1(self.norm2(x), hw)
+        z = self.norm2(x)
+        y = self.linear1(z, hw)
         y = self.drop(torch.ops.aten.gelu_(y) if inplace else self.act(y))
-        y = self.drop_path(self.drop(self.linear2(y, hw)))
+        y = self.drop_path(self.drop(self.linear2(y, hw, z) if self.linear2_context else self.linear2(y, hw)))
         return y.add_(x) if inplace else y + x
 
 
@@ -72,7 +77,8 @@ class WeightFormer(PlainBackbone):
     """WeightFormer backbone (and ImageNet classifier when ``num_classes > 0``).
 
     Args:
-        arch (str | dict): 't', 's', 'b' or a dict with ``embed_dims``, ``depth``, ``mlp_ratio``. Defaults to 't'.
+        arch (str | dict): 't', 's', 'b', 't18' (Table 2's 18-block networks) or a dict with ``embed_dims``, ``depth``,
+            ``mlp_ratio``. Defaults to 't'.
         in_channels (int): image channels. Defaults to 3.
         patch_size (int): stem conv kernel and stride. Defaults to 16.
         out_indices (int | Sequence[int]): blocks whose outputs are returned (negative from the end). Defaults
@@ -89,6 +95,9 @@ class WeightFormer(PlainBackbone):
             blocks. Defaults to ``dict(type='AdaptiveDynamicDWConv')`` (eq. 11, released).
         dynamic_mlp (str): which MLP linear is dynamic in dynamic blocks: 'first', 'second', 'both' or 'none'.
             Defaults to 'first' (released).
+        linear2_context (str): what a dynamic second linear predicts its update from: ``'input'``, the MLP's
+            C-wide input (the paper's Table 2 counts: Dynamic Linear 2 costs what Dynamic Linear 1 costs), or
+            ``'hidden'``, its own 4C-wide input. Defaults to ``'input'``.
         frozen_stages (int): -1 freezes nothing; 0 the stem; i > 0 the stem and blocks 0..i-1 (and ``norm`` when
             i == depth). Defaults to -1.
         with_cp (bool): activation checkpointing of every block while training. Defaults to False.
@@ -105,6 +114,7 @@ class WeightFormer(PlainBackbone):
 
     ARCH_SETTINGS = {
         't': dict(embed_dims=192, depth=17, mlp_ratio=4),
+        't18': dict(embed_dims=192, depth=18, mlp_ratio=4),  # Table 2's networks: one more static block
         's': dict(embed_dims=384, depth=17, mlp_ratio=4),
         'b': dict(embed_dims=384, depth=17, mlp_ratio=4),  # WeightFormer-S trained and run at 448 x 448
     }
@@ -125,6 +135,7 @@ class WeightFormer(PlainBackbone):
                  dynamic_linear: dict = dict(type='BilateralDynamicLinear'),
                  dynamic_dwc: dict | None = dict(type='AdaptiveDynamicDWConv'),
                  dynamic_mlp: str = 'first',
+                 linear2_context: str = 'input',
                  frozen_stages: int = -1,
                  with_cp: bool = False,
                  num_classes: int = 0,
@@ -134,6 +145,8 @@ class WeightFormer(PlainBackbone):
         self.dynamic_ids = self._dynamic_ids(dynamic_blocks, self.depth)
         if dynamic_mlp not in ('first', 'second', 'both', 'none'):
             raise ValueError(f"dynamic_mlp must be 'first', 'second', 'both' or 'none', got {dynamic_mlp!r}")
+        if linear2_context not in ('input', 'hidden'):
+            raise ValueError(f"linear2_context must be 'input' or 'hidden', got {linear2_context!r}")
         self.frozen_stages = frozen_stages
         self.init_norm = nn.LayerNorm(self.embed_dims, eps=1e-6)
         static_linear, static_dwc = dict(type=StaticLinear), dict(type=StaticDWConv)
@@ -146,7 +159,8 @@ class WeightFormer(PlainBackbone):
                 dwc=dynamic_dwc if dyn and dynamic_dwc is not None else static_dwc,
                 linear1=dynamic_linear if dyn and dynamic_mlp in ('first', 'both') else static_linear,
                 linear2=dynamic_linear if dyn and dynamic_mlp in ('second', 'both') else static_linear,
-                norm_stream=dyn, drop=drop_rate, drop_path=dpr[i]))
+                norm_stream=dyn, drop=drop_rate, drop_path=dpr[i],
+                linear2_context=dyn and dynamic_mlp in ('second', 'both') and linear2_context == 'input'))
         self.blocks = nn.ModuleList(blocks)
         self.init_head(num_classes)
         self._init_released()

@@ -15,35 +15,50 @@ from mmwf.registry import MODELS
 
 from .tokens import pool_tokens
 
+ORDERS = ('auto', 'tokens', 'core')
+
+
+def check_order(order: str) -> str:
+    if order not in ORDERS:
+        raise ValueError(f'order must be one of {ORDERS}, got {order!r}')
+    return order
+
 
 class DynamicLinear(nn.Module):
     """Base class: y = x (W0 + dW(X)) + b. Subclasses implement :meth:`delta`.
 
+    X, the tokens dW is predicted from, is the layer's own input x, or a ``context`` passed with it (e.g. the
+    MLP's C-wide input for its second linear, whose own input is 4C wide).
+
     Args:
         in_features (int): Cin.
         out_features (int): Cout.
+        context_features (int, optional): width of X when it is a context, not x. Defaults to None (X = x).
     """
 
-    def __init__(self, in_features: int, out_features: int) -> None:
+    def __init__(self, in_features: int, out_features: int, context_features: int | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
+        self.context_features = context_features or in_features
         self.w = nn.Parameter(trunc_normal_(torch.empty(in_features, out_features), std=0.02))
         self.b = nn.Parameter(trunc_normal_(torch.empty(out_features), std=0.02))
 
     def delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-        """Predict dW (B, Cin, Cout) from tokens x (B, N, Cin)."""
+        """Predict dW (B, Cin, Cout) from the tokens X (B, N, context_features)."""
         raise NotImplementedError
 
-    def effective_delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+    def effective_delta(self, x: torch.Tensor, hw: tuple[int, int],
+                        context: torch.Tensor | None = None) -> torch.Tensor:
         """The update added to ``w``: dW / (||dW||_col + 1), (B, Cin, Cout) (``forward`` fuses it into one
         addcdiv; this explicit form is for analysis, e.g. tools/analysis/dynamic_strength.py)."""
-        dw = self.delta(x, hw)
+        dw = self.delta(x if context is None else context, hw)
         return dw / (torch.linalg.vector_norm(dw, dim=1, keepdim=True) + 1)
 
-    def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, hw: tuple[int, int], context: torch.Tensor | None = None) -> torch.Tensor:
+        """Tokens x (B, N, Cin) -> (B, N, Cout); dW from ``context`` (B, N, context_features) when given."""
         # work on W^T (B, Cout, Cin): the strategies build dW^T contiguously (``delta`` returns its
         # transposed view), so the column norms and the update run over contiguous memory
-        dw_t = self.delta(x, hw).transpose(1, 2)
+        dw_t = self.delta(x if context is None else context, hw).transpose(1, 2)
         norm = torch.linalg.vector_norm(dw_t, dim=2, keepdim=True)
         weight_t = torch.addcdiv(self.w.t().contiguous(), dw_t, norm + 1)  # (w + dW / (||dW||_col + 1))^T
         y = torch.matmul(x, weight_t.transpose(1, 2))
@@ -51,46 +66,73 @@ class DynamicLinear(nn.Module):
         return y
 
     def extra_repr(self) -> str:
-        return f'in_features={self.in_features}, out_features={self.out_features}'
+        extra = f', context_features={self.context_features}' if self.context_features != self.in_features else ''
+        return f'in_features={self.in_features}, out_features={self.out_features}{extra}'
 
 
 @MODELS.register_module()
 class GAPDynamicLinear(DynamicLinear):
-    """Eq. 4: dW = reshape(MLP(GAP(X))), MLP = Linear(Cin, hidden) -> GELU -> Linear(hidden, Cin*Cout)."""
+    """Eq. 4: dW = reshape(MLP(GAP(X))), MLP = Linear(Cx, hidden) -> GELU -> Linear(hidden, Cin*Cout)."""
 
-    def __init__(self, in_features: int, out_features: int, hidden: int = 4) -> None:
-        super().__init__(in_features, out_features)
-        self.wfm = nn.Sequential(nn.Linear(in_features, hidden), nn.GELU(),
+    def __init__(self, in_features: int, out_features: int, hidden: int = 4,
+                 context_features: int | None = None) -> None:
+        super().__init__(in_features, out_features, context_features)
+        self.wfm = nn.Sequential(nn.Linear(self.context_features, hidden), nn.GELU(),
                                  nn.Linear(hidden, in_features * out_features))
 
     def delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         return self.wfm(x.mean(1)).view(-1, self.in_features, self.out_features)
 
 
+def sandwich(left: torch.Tensor, x: torch.Tensor, right: torch.Tensor, scale: float, order: str) -> torch.Tensor:
+    """left (a, C) X^T X right (C, b) * scale for tokens x (B, N, C), as (B, a, b) built transposed-contiguous.
+
+    ``'tokens'``: (left X^T)(X right), through (N, a) and (N, b) intermediates (cheap for few tokens; the order
+    whose FLOPs the paper's Table 2 reports); ``'core'``: left (X^T X) right, through the (C, C) correlation
+    (independent of N after it); ``'auto'``: whichever costs fewer multiply-adds."""
+    n, c = x.shape[1], x.shape[2]
+    a, b = left.shape[0], right.shape[1]
+    cost_tokens = n * (a * c + c * b + a * b)
+    cost_core = n * c * c + min(a * c * c + a * c * b, c * c * b + a * c * b)
+    if order == 'tokens' or (order == 'auto' and cost_tokens <= cost_core):
+        p = torch.matmul(x, left.t()) * scale  # (B, N, a) = (left X^T)^T
+        q = torch.matmul(x, right)  # (B, N, b)
+        return torch.matmul(q.transpose(1, 2), p).transpose(1, 2)
+    corr = torch.matmul(x.transpose(1, 2), x) * scale  # (B, C, C), symmetric
+    if a * c * c <= c * c * b:
+        return torch.matmul(torch.matmul(left, corr), right).transpose(1, 2).contiguous().transpose(1, 2)
+    return torch.matmul(right.t(), torch.matmul(corr, left.t())).transpose(1, 2)
+
+
 class CorrelationDynamicLinear(DynamicLinear):
-    """Shared part of eqs. 5-7: the correlation X^T X (B, Cin, Cin) of the (optionally pooled) tokens,
-    scaled by Cin^-0.5 / N with N the un-pooled token count (the release's scaling)."""
+    """Shared part of eqs. 5-7: products around the correlation X^T X of the (optionally 2x2-pooled) tokens,
+    scaled by Cx^-0.5 / N with N the un-pooled token count (the release's scaling), evaluated in ``order``
+    (:func:`sandwich`; the outputs agree to rounding)."""
 
-    def __init__(self, in_features: int, out_features: int, pool: bool = True) -> None:
-        super().__init__(in_features, out_features)
-        self.pool = pool
+    def __init__(self, in_features: int, out_features: int, pool: bool = True, order: str = 'auto',
+                 context_features: int | None = None) -> None:
+        super().__init__(in_features, out_features, context_features)
+        self.pool, self.order = pool, check_order(order)
 
-    def correlation(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-        xp = pool_tokens(x, hw) if self.pool else x
-        return torch.matmul(xp.transpose(1, 2), xp) * (self.in_features ** -0.5 / x.shape[1])
+    def tokens(self, x: torch.Tensor, hw: tuple[int, int]) -> tuple[torch.Tensor, float]:
+        """The tokens the correlation is taken over, and its scale."""
+        return pool_tokens(x, hw) if self.pool else x, self.context_features ** -0.5 / x.shape[1]
 
 
 @MODELS.register_module()
 class LinearDynamicLinear(CorrelationDynamicLinear):
-    """Eq. 5: dW = W1 (X^T X) W2, W1 (Cin, Cin), W2 (Cin, Cout); ``pool`` picks w/ or w/o pooling."""
+    """Eq. 5: dW = W1 (X^T X) W2, W1 (Cin, Cx), W2 (Cx, Cout); ``pool`` picks w/ or w/o pooling."""
 
-    def __init__(self, in_features: int, out_features: int, pool: bool = True) -> None:
-        super().__init__(in_features, out_features, pool)
-        self.w1 = nn.Parameter(trunc_normal_(torch.empty(in_features, in_features), std=0.02))
-        self.w2 = nn.Parameter(trunc_normal_(torch.empty(in_features, out_features), std=0.02))
+    def __init__(self, in_features: int, out_features: int, pool: bool = True, order: str = 'auto',
+                 context_features: int | None = None) -> None:
+        super().__init__(in_features, out_features, pool, order, context_features)
+        cx = self.context_features
+        self.w1 = nn.Parameter(trunc_normal_(torch.empty(in_features, cx), std=0.02))
+        self.w2 = nn.Parameter(trunc_normal_(torch.empty(cx, out_features), std=0.02))
 
     def delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-        return torch.matmul(torch.matmul(self.w1, self.correlation(x, hw)), self.w2)
+        xp, scale = self.tokens(x, hw)
+        return sandwich(self.w1, xp, self.w2, scale, self.order)
 
 
 @MODELS.register_module()
@@ -103,28 +145,33 @@ class NonlinearDynamicLinear(LinearDynamicLinear):
 
 @MODELS.register_module()
 class DeepDynamicLinear(CorrelationDynamicLinear):
-    """Eq. 7: dW = W1 SiLU(W2 (X^T X) W3) W4, low rank: W1 (Cin, r1), W2 (r1, Cin), W3 (Cin, r2),
-    W4 (r2, Cout) with r1 = Cin / ratio, r2 = Cout / ratio."""
+    """Eq. 7: dW = W1 SiLU(W2 (X^T X) W3) W4, low rank: W1 (Cin, r1), W2 (r1, Cx), W3 (Cx, r2), W4 (r2, Cout) with
+    r1 = Cin / ratio, r2 = Cout / ratio; the outer product is taken in its cheaper order."""
 
-    def __init__(self, in_features: int, out_features: int, pool: bool = True, ratio: int = 4) -> None:
-        super().__init__(in_features, out_features, pool)
-        r1, r2 = in_features // ratio, out_features // ratio
-        shapes = dict(w1=(in_features, r1), w2=(r1, in_features), w3=(in_features, r2), w4=(r2, out_features))
+    def __init__(self, in_features: int, out_features: int, pool: bool = True, ratio: int = 4, order: str = 'auto',
+                 context_features: int | None = None) -> None:
+        super().__init__(in_features, out_features, pool, order, context_features)
+        r1, r2, cx = in_features // ratio, out_features // ratio, self.context_features
+        shapes = dict(w1=(in_features, r1), w2=(r1, cx), w3=(cx, r2), w4=(r2, out_features))
         for name, shape in shapes.items():
             setattr(self, name, nn.Parameter(trunc_normal_(torch.empty(shape), std=0.02)))
 
     def delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-        inner = F.silu(torch.matmul(torch.matmul(self.w2, self.correlation(x, hw)), self.w3))
-        return torch.matmul(torch.matmul(self.w1, inner), self.w4)
+        xp, scale = self.tokens(x, hw)
+        inner = F.silu(sandwich(self.w2, xp, self.w3, scale, self.order))  # (B, r1, r2)
+        (cin, r1), (r2, cout) = self.w1.shape, self.w4.shape
+        if cin * r2 * (r1 + cout) <= r1 * cout * (r2 + cin):  # (W1 inner) W4 vs W1 (inner W4)
+            return torch.matmul(torch.matmul(self.w1, inner), self.w4)
+        return torch.matmul(self.w1, torch.matmul(inner, self.w4))
 
 
 @MODELS.register_module()
 class BilateralDynamicLinear(DynamicLinear):
     """Eq. 8, Bilateral Activation (the released strategy): dW = W1 SiLU(W2 X^T) SiLU(X W3) W4.
 
-    Released layout: ``wfm`` = Linear(Cin, Cin/r + Cout/r) holds W2 and W3 (with bias), ``w1`` (Cin/r, Cin),
-    ``w2`` (Cout/r, Cout). On the 2x2-pooled tokens Xp (B, N', Cin), with [A, B] = split(wfm(Xp)):
-    dW = (SiLU(A) w1)^T (SiLU(B) w2) * Cin^-0.5 / N. The product is evaluated in whichever order costs
+    Released layout: ``wfm`` = Linear(Cx, Cin/r + Cout/r) holds W2 and W3 (with bias), ``w1`` (Cin/r, Cin),
+    ``w2`` (Cout/r, Cout). On the 2x2-pooled tokens Xp (B, N', Cx), with [A, B] = split(wfm(Xp)):
+    dW = (SiLU(A) w1)^T (SiLU(B) w2) * Cx^-0.5 / N. The product is evaluated in whichever order costs
     fewer multiply-adds: the release's (through (N', Cout) intermediates, cheap for few tokens) or
     w1^T (SiLU(A)^T SiLU(B)) w2 (independent of N' after the small core, cheap at high resolution).
     ``order='tokens'`` always takes the release's order (to count FLOPs as the paper did), ``'core'`` the other.
@@ -134,24 +181,23 @@ class BilateralDynamicLinear(DynamicLinear):
         out_features (int): Cout.
         ratio (int): r, the rank reduction of the predictor. Defaults to 4.
         order (str): ``'auto'``, ``'tokens'`` or ``'core'``. Defaults to ``'auto'``.
+        context_features (int, optional): Cx, the width of X when it is a context (see :class:`DynamicLinear`).
+            Defaults to None (Cx = Cin).
     """
 
-    ORDERS = ('auto', 'tokens', 'core')
-
-    def __init__(self, in_features: int, out_features: int, ratio: int = 4, order: str = 'auto') -> None:
-        super().__init__(in_features, out_features)
-        if order not in self.ORDERS:
-            raise ValueError(f'order must be one of {self.ORDERS}, got {order!r}')
-        self.order = order
+    def __init__(self, in_features: int, out_features: int, ratio: int = 4, order: str = 'auto',
+                 context_features: int | None = None) -> None:
+        super().__init__(in_features, out_features, context_features)
+        self.order = check_order(order)
         self.r_in, self.r_out = in_features // ratio, out_features // ratio
-        self.wfm = nn.Linear(in_features, self.r_in + self.r_out)
+        self.wfm = nn.Linear(self.context_features, self.r_in + self.r_out)
         self.w1 = nn.Parameter(trunc_normal_(torch.empty(self.r_in, in_features), std=0.02))
         self.w2 = nn.Parameter(trunc_normal_(torch.empty(self.r_out, out_features), std=0.02))
 
     def delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         xp = pool_tokens(x, hw)
         a, b = F.silu(self.wfm(xp)).split([self.r_in, self.r_out], dim=-1)
-        a = a * (self.in_features ** -0.5 / x.shape[1])
+        a = a * (self.context_features ** -0.5 / x.shape[1])
         n, cin, cout, ri, ro = xp.shape[1], self.in_features, self.out_features, self.r_in, self.r_out
         cost_tokens = n * (ri * cin + ro * cout + cin * cout)
         cost_core = n * ri * ro + cin * ri * ro + cin * ro * cout
@@ -166,7 +212,8 @@ class BilateralDynamicLinear(DynamicLinear):
 
 @MODELS.register_module()
 class StaticLinear(nn.Linear):
-    """nn.Linear with the dynamic layers' call signature ``(x, hw)``; the grid is unused."""
+    """nn.Linear with the dynamic layers' call signature ``(x, hw[, context])``; grid and context are unused."""
 
-    def forward(self, x: torch.Tensor, hw: tuple[int, int] | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, hw: tuple[int, int] | None = None,
+                context: torch.Tensor | None = None) -> torch.Tensor:
         return super().forward(x)

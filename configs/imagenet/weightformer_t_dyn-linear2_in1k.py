@@ -1,0 +1,4 @@
+# Table 2, dynamic second MLP linear only (Bilateral, predicted from the MLP's C-wide input; static DWConv).
+_base_ = './weightformer_t_dyn-linear1-dwc_in1k.py'
+
+model = dict(backbone=dict(dynamic_dwc=None, dynamic_mlp='second'))
