@@ -52,10 +52,12 @@ train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True, poly2mask=False),  # polygon masks
     dict(type='RandomFlip', prob=0.5),
-    dict(type='RandomResize', scale=image_size, ratio_range=(0.1, 2.0), keep_ratio=True),
+    dict(type='RandomResize', scale=image_size, ratio_range=(0.1, 2.0), keep_ratio=True, backend='pillow',
+         interpolation='bilinear'),  # detectron2 resizes with PIL's bilinear filter
     dict(type='RandomCrop', crop_type='absolute_range', crop_size=image_size, recompute_bbox=True,
          allow_negative_crop=True),
-    dict(type='FilterAnnotations', min_gt_bbox_wh=(1e-2, 1e-2), keep_empty=False),  # a crop without objects stays
+    dict(type='FilterAnnotations', min_gt_bbox_wh=(1e-5, 1e-5), keep_empty=False),  # detectron2's threshold; a crop
+    # without objects stays
     dict(type='PackDetInputs'),
 ]
 test_pipeline = [

@@ -1,4 +1,6 @@
-# MLPCopy init: only the MLPs of the official softmax DeiT-B.
-_base_ = './mask_rcnn_deit_b_relu_copy_coco.py'
+# mask_rcnn_deit_b_relu_random_coco.py fine-tuned from the ImageNet-1K stage's
+# MLPCopy model (cls_deit_b_relu_mlpcopy_in1k.py).
+_base_ = './mask_rcnn_deit_b_relu_random_coco.py'
 
-model = dict(backbone=dict(init_cfg=dict(recipe='mlp_copy')))
+model = dict(backbone=dict(init_cfg=dict(
+    checkpoint=_base_.imagenet_stage.format('cls_deit_b_relu_mlpcopy_in1k'))))

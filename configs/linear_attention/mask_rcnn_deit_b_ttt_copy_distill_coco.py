@@ -1,5 +1,6 @@
-# mask_rcnn_deit_b_ttt_copy_coco.py plus attention-output distillation from the frozen softmax DeiT-B (lambda = 50).
-_base_ = ['./mask_rcnn_deit_b_ttt_copy_coco.py', '../_base_/deit_b_softmax_teacher.py']
+# mask_rcnn_deit_b_ttt_random_coco.py fine-tuned from the ImageNet-1K stage's
+# Copy w/ Distill model (cls_deit_b_ttt_copy_distill_in1k.py).
+_base_ = './mask_rcnn_deit_b_ttt_random_coco.py'
 
-model = dict(_delete_=True, type='AttentionDistiller', student=_base_.model, teacher=_base_.distill_teacher,
-             loss_weight=50.0)
+model = dict(backbone=dict(init_cfg=dict(
+    checkpoint=_base_.imagenet_stage.format('cls_deit_b_ttt_copy_distill_in1k'))))

@@ -1,5 +1,6 @@
-# DeiT-B with TTT (ViT^3) attention, no class token, in every block, Random init (no transfer), Mask R-CNN 1x on
-# COCO: the ReLU config with another operator.
+# DeiT-B with TTT (ViT^3) attention in every block, fine-tuned with Mask R-CNN 1x on COCO from the ImageNet-1K stage's
+# Random model (cls_deit_b_ttt_random_in1k.py): the ReLU config with another operator.
 _base_ = './mask_rcnn_deit_b_relu_random_coco.py'
 
-model = dict(backbone=dict(attn_cfg=dict(type='TTTAttention'), with_cls_token=False))
+model = dict(backbone=dict(attn_cfg=dict(type='TTTAttention'), init_cfg=dict(
+    checkpoint=_base_.imagenet_stage.format('cls_deit_b_ttt_random_in1k'))))

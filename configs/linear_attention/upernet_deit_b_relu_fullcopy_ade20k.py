@@ -1,4 +1,6 @@
-# FullCopy init: every tensor softmax DeiT-B shares with this student (embeddings, norms, attention, MLPs).
-_base_ = './upernet_deit_b_relu_copy_ade20k.py'
+# upernet_deit_b_relu_random_ade20k.py fine-tuned from the ImageNet-1K stage's
+# FullCopy model (cls_deit_b_relu_fullcopy_in1k.py).
+_base_ = './upernet_deit_b_relu_random_ade20k.py'
 
-model = dict(backbone=dict(init_cfg=dict(recipe='full_copy')))
+model = dict(backbone=dict(init_cfg=dict(
+    checkpoint=_base_.imagenet_stage.format('cls_deit_b_relu_fullcopy_in1k'))))

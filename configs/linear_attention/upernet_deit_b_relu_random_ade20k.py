@@ -1,9 +1,6 @@
-# DeiT-B with ReLU linear attention in every block, Random init (no transfer), UperNet 160k on ADE20K.
-_base_ = '../_base_/upernet_plain_ade20k_160k.py'
+# DeiT-B with ReLU linear attention in every block, fine-tuned with UperNet 160k on ADE20K from the ImageNet-1K stage's
+# Random model (cls_deit_b_relu_random_in1k.py), on ViT-Adapter's plain-ViT baseline.
+_base_ = '../_base_/upernet_vit_baseline_ade20k_160k.py'
 
-model = dict(
-    backbone=dict(type='DeiT', arch='b', attn_cfg=dict(type='ReLUAttention'), with_cls_token=True,
-                  out_indices=(3, 5, 7, 11), final_norm=False, drop_path_rate=0.1, init_cfg=None),
-    neck=dict(embed_dim=768),
-    decode_head=dict(in_channels=[768] * 4, channels=768),
-    auxiliary_head=dict(in_channels=768))
+model = dict(backbone=dict(attn_cfg=dict(type='ReLUAttention'), init_cfg=dict(
+    type='Pretrained', checkpoint=_base_.imagenet_stage.format('cls_deit_b_relu_random_in1k'))))

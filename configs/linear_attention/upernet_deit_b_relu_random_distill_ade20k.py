@@ -1,5 +1,6 @@
-# upernet_deit_b_relu_random_ade20k.py plus attention-output distillation from the frozen softmax DeiT-B (lambda = 50).
-_base_ = ['./upernet_deit_b_relu_random_ade20k.py', '../_base_/deit_b_softmax_teacher.py']
+# upernet_deit_b_relu_random_ade20k.py fine-tuned from the ImageNet-1K stage's
+# Random w/ Distill model (cls_deit_b_relu_random_distill_in1k.py).
+_base_ = './upernet_deit_b_relu_random_ade20k.py'
 
-model = dict(_delete_=True, type='AttentionDistiller', student=_base_.model, teacher=_base_.distill_teacher,
-             loss_weight=50.0)
+model = dict(backbone=dict(init_cfg=dict(
+    checkpoint=_base_.imagenet_stage.format('cls_deit_b_relu_random_distill_in1k'))))

@@ -1,5 +1,6 @@
-# Copy init: the attention projections (qkv, proj) of the official softmax DeiT-B in every block.
+# upernet_deit_b_ttt_random_ade20k.py fine-tuned from the ImageNet-1K stage's
+# Copy model (cls_deit_b_ttt_copy_in1k.py).
 _base_ = './upernet_deit_b_ttt_random_ade20k.py'
 
-model = dict(backbone=dict(init_cfg=dict(_delete_=True, type='SoftmaxTransfer', recipe='copy',
-                                         checkpoint='checkpoints/deit_base_patch16_224-b5f2ef4d.pth')))
+model = dict(backbone=dict(init_cfg=dict(
+    checkpoint=_base_.imagenet_stage.format('cls_deit_b_ttt_copy_in1k'))))

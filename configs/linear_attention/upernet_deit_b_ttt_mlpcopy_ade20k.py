@@ -1,4 +1,6 @@
-# MLPCopy init: only the MLPs of the official softmax DeiT-B.
-_base_ = './upernet_deit_b_ttt_copy_ade20k.py'
+# upernet_deit_b_ttt_random_ade20k.py fine-tuned from the ImageNet-1K stage's
+# MLPCopy model (cls_deit_b_ttt_mlpcopy_in1k.py).
+_base_ = './upernet_deit_b_ttt_random_ade20k.py'
 
-model = dict(backbone=dict(init_cfg=dict(recipe='mlp_copy')))
+model = dict(backbone=dict(init_cfg=dict(
+    checkpoint=_base_.imagenet_stage.format('cls_deit_b_ttt_mlpcopy_in1k'))))

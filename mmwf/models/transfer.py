@@ -32,8 +32,8 @@ RECIPES = {
     'mlp_copy': r'blocks\.\d+\.mlp\.',
     'full_copy': r'',
 }
-# student tensors of the new operators, absent from softmax DeiT
-OPERATOR_EXTRAS = re.compile(r'blocks\.\d+\.attn\.(?!qkv\.|proj\.)')
+# student tensors absent from softmax DeiT: the new operators' and layer scale's
+OPERATOR_EXTRAS = re.compile(r'blocks\.\d+\.(attn\.(?!qkv\.|proj\.)|gamma[12]$)')
 
 
 def shape_fits(name: str, src: torch.Size, dst: torch.Size, dim: int) -> bool:

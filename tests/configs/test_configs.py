@@ -84,8 +84,7 @@ def seg_batch(model, size, train):
     return model.data_preprocessor(dict(inputs=images, data_samples=samples), train)
 
 
-# one representative per task, operator and distillation; test_linear_attention_configs_match_their_names
-# checks every one of the 32
+# one representative per task and operator; test_linear_attention_configs_match_their_names checks every one of the 34
 LINEAR_STEP = ['mask_rcnn_deit_b_relu_copy_distill_coco', 'upernet_deit_b_ttt_fullcopy_ade20k']
 
 
@@ -100,8 +99,7 @@ def test_one_train_and_test_iteration(path):
     before = backbone.blocks[0].norm2.weight.detach().clone()
     losses = model(**batch(model, 128, True), mode='loss')
     loss, log_vars = model.parse_losses(losses)
-    assert torch.isfinite(loss)
-    assert ('loss_distill' in log_vars) == ('distill' in Path(path).stem)
+    assert torch.isfinite(loss) and 'loss_distill' not in log_vars  # distilled at the ImageNet stage
     optim.update_params(loss)
     assert not torch.equal(before, backbone.blocks[0].norm2.weight)
     model.eval()
@@ -224,7 +222,8 @@ def test_cascade_configs_follow_vitdet(name):
             model.test_cfg.rcnn.max_per_img) == (0.05, 0.5, 100)
     assert [t.type for t in cfg.train_pipeline[2:5]] == ['RandomFlip', 'RandomResize', 'RandomCrop']
     assert cfg.train_pipeline[3].ratio_range == (0.1, 2.0) and cfg.train_pipeline[4].recompute_bbox
-    assert cfg.train_pipeline[5].keep_empty is False
+    assert (cfg.train_pipeline[3].backend, cfg.train_pipeline[3].interpolation) == ('pillow', 'bilinear')
+    assert cfg.train_pipeline[5].keep_empty is False and cfg.train_pipeline[5].min_gt_bbox_wh == (1e-5, 1e-5)
     assert cfg.train_dataloader.dataset.filter_cfg == dict(filter_empty_gt=True)
     assert cfg.train_dataloader.batch_size * 16 == 64
     assert [r.assigner.pos_iou_thr for r in model.train_cfg.rcnn] == [0.5, 0.6, 0.7]
@@ -251,6 +250,7 @@ def test_upernet_configs_follow_vim(name):
     assert cfg.default_hooks.checkpoint.save_best == 'mIoU' and cfg.default_hooks.checkpoint.interval == 1000
     assert cfg.train_dataloader.batch_size == 8  # x 4 GPUs
     assert cfg.model.backbone.final_norm is False
+    assert cfg.model.backbone.out_indices == ((4, 8, 12, 16) if '_wf_' in name else (3, 5, 7, 11))
     assert cfg.model.backbone.get('drop_path_rate', 0.0) == (0.1 if '_wf_' in name else 0.0)
     assert cfg.model.test_cfg == dict(mode='slide', crop_size=(512, 512), stride=(341, 341))
     dim = cfg.model.neck.embed_dim
@@ -296,33 +296,60 @@ def test_linear_attention_mask_rcnn_has_l1_losses_and_1000_proposals(path):
 
 @pytest.mark.parametrize('path', DENSE_LINEAR, ids=lambda p: Path(p).stem)
 def test_linear_attention_configs_match_their_names(path):
-    """{mask_rcnn,upernet}_deit_b_{relu,ttt}_{random,copy,mlpcopy,fullcopy}[_distill]_{coco,ade20k}."""
+    """{mask_rcnn,upernet}_deit_b_{relu,ttt}_{random,copy,mlpcopy,fullcopy}[_distill]_{coco,ade20k}: ViT-Adapter's
+    plain-ViT baseline (docs/protocol.md) initialised from the ImageNet-1K stage run of the same name; and the softmax
+    DeiT-B target of each task from the official weights."""
     name = Path(path).stem
     cfg = Config.fromfile(path)
-    head = name.split('_deit_b_')[0]
-    op, init = name.split('_deit_b_')[1].split('_')[:2]
-    student = task_model(cfg.model)
-    backbone = student.backbone
-    assert backbone.type == 'DeiT' and backbone.arch == 'b'
-    assert backbone.attn_cfg.type == {'relu': 'ReLUAttention', 'ttt': 'TTTAttention'}[op]
-    assert backbone.with_cls_token == (op == 'relu')
-    recipe = {'random': None, 'copy': 'copy', 'mlpcopy': 'mlp_copy', 'fullcopy': 'full_copy'}[init]
-    if recipe is None:
-        assert backbone.init_cfg is None
+    head, rest = name.split('_deit_b_')
+    op, init = rest.split('_')[:2]
+    backbone = cfg.model.backbone
+    assert 'student' not in cfg.model  # distillation belongs to the ImageNet stage
+    assert backbone.type == 'DeiT' and backbone.arch == 'b' and backbone.layer_scale
+    assert backbone.out_indices == (2, 5, 8, 11) and not backbone.with_cls_token and not backbone.final_norm
+    attn = backbone.get('attn_cfg', dict(type='SoftmaxAttention'))['type']
+    assert attn == {'relu': 'ReLUAttention', 'ttt': 'TTTAttention', 'softmax': 'SoftmaxAttention'}[op]
+    assert backbone.init_cfg.type == 'Pretrained'
+    if op == 'softmax':
+        assert backbone.init_cfg.checkpoint == 'checkpoints/deit_base_patch16_224-b5f2ef4d.pth'
     else:
-        assert backbone.init_cfg == dict(type='SoftmaxTransfer', recipe=recipe,
-                                         checkpoint='checkpoints/deit_base_patch16_224-b5f2ef4d.pth')
-    if name.endswith(('_distill_coco', '_distill_ade20k')):
-        assert cfg.model.type == 'AttentionDistiller' and cfg.model.loss_weight == 50.0
-        teacher = cfg.model.teacher  # softmax attention: DeiT's default attn_cfg
-        assert teacher.type == 'DeiT' and teacher.arch == 'b' and 'attn_cfg' not in teacher
-        assert teacher.init_cfg.type == 'Pretrained'
-    else:
-        assert 'student' not in cfg.model
+        stage = f'cls_deit_b_{op}_{init}' + ('_distill' if '_distill_' in name else '') + '_in1k'
+        assert backbone.init_cfg.checkpoint == f'work_dirs/{stage}/epoch_300.pth'
+        assert (ROOT / 'configs/linear_attention' / f'{stage}.py').is_file()
+    pyramid = cfg.model.neck[0] if head == 'mask_rcnn' else cfg.model.neck
+    assert pyramid.type == 'ViTBaselinePyramid'
     if head == 'mask_rcnn':
-        assert student.type == 'MaskRCNN' and cfg.train_cfg.max_epochs == 12
+        assert cfg.model.type == 'MaskRCNN' and cfg.train_cfg.max_epochs == 12
+        assert backbone.window_size == 14 and backbone.window_block_indexes == (0, 1, 3, 4, 6, 7, 9, 10)
+        assert cfg.model.neck[1].type == 'FPN' and cfg.optim_wrapper.type == 'OptimWrapper'
+        assert 'clip_grad' not in cfg.optim_wrapper and cfg.optim_wrapper.optimizer.lr == 1e-4
     else:
-        assert student.type == 'EncoderDecoder' and cfg.train_cfg.max_iters == 160000
+        assert cfg.model.type == 'EncoderDecoder' and cfg.train_cfg.max_iters == 160000
+        assert not backbone.get('window_block_indexes') and cfg.model.decode_head.channels == 512
+        assert cfg.optim_wrapper.type == 'AmpOptimWrapper' and cfg.optim_wrapper.optimizer.lr == 6e-5
+        assert cfg.optim_wrapper.paramwise_cfg.decay_rate == 0.95
+
+
+def test_dense_backbone_loads_an_imagenet_stage_distiller_checkpoint(tmp_path):
+    """The chain of the transfer study: an ImageNet-stage AttentionDistiller checkpoint (student.backbone.* beside
+    teacher.*) initialises the dense DeiT strictly: its class token and head dropped, layer scale at 1."""
+    from mmpretrain.registry import MODELS as CLS_MODELS
+    cls_cfg = Config.fromfile(str(ROOT / 'configs/linear_attention/cls_deit_b_ttt_copy_distill_in1k.py'))
+    arch = dict(embed_dims=64, depth=4, num_heads=2, mlp_ratio=2)
+    student = dict(cls_cfg.model.student, backbone=dict(cls_cfg.model.student.backbone, arch=arch, init_cfg=None))
+    init_default_scope('mmpretrain')
+    distiller = CLS_MODELS.build(dict(cls_cfg.model, student=student, teacher=dict(
+        cls_cfg.model.teacher, arch=arch, out_indices=(3,), init_cfg=None)))
+    torch.save({'state_dict': distiller.state_dict(), 'meta': {}}, tmp_path / 'epoch_300.pth')
+    dense = Config.fromfile(str(ROOT / 'configs/linear_attention/upernet_deit_b_ttt_copy_distill_ade20k.py'))
+    from mmwf.models.backbones import DeiT
+    kwargs = {k: v for k, v in dense.model.backbone.items() if k != 'type'}
+    backbone = DeiT(**dict(kwargs, arch=arch, out_indices=(0, 1, 2, 3), init_cfg=dict(
+        type='Pretrained', checkpoint=str(tmp_path / 'epoch_300.pth'))))
+    backbone.init_weights()
+    trained = distiller.student.backbone.state_dict()
+    for k, v in backbone.state_dict().items():
+        assert torch.equal(v, torch.ones_like(v)) if '.gamma' in k else torch.equal(v, trained[k]), k
 
 
 class Features(torch.nn.Module):

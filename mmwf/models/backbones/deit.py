@@ -8,6 +8,7 @@ chosen blocks; the attention operator is chosen by ``attn_cfg`` (``layers/attent
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import torch
@@ -34,12 +35,17 @@ class DeiTBlock(nn.Module):
         attn_cfg (dict): the attention operator (``type`` registered in MODELS).
         window_size (int): window side in tokens, 0 for global attention. Defaults to 0.
         drop_path (float): stochastic depth of both branches. Defaults to 0.
+        layer_scale (bool): scale each branch by a learnt per-channel ``gamma1`` / ``gamma2`` (init 1), as
+            ViT-Adapter's plain ViT. Defaults to False.
     """
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float, attn_cfg: dict, window_size: int = 0,
-                 drop_path: float = 0.0) -> None:
+                 drop_path: float = 0.0, layer_scale: bool = False) -> None:
         super().__init__()
         self.window_size = window_size
+        if layer_scale:
+            self.gamma1 = nn.Parameter(torch.ones(dim))
+            self.gamma2 = nn.Parameter(torch.ones(dim))
         self.norm1 = nn.LayerNorm(dim, eps=1e-6)
         self.attn = MODELS.build(dict(attn_cfg, dim=dim, num_heads=num_heads))
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
@@ -55,8 +61,9 @@ class DeiTBlock(nn.Module):
             y = unpartition(y, hw, window)
         else:
             y = self.attn(y, hw)
-        x = x + self.drop_path(y)
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+        x = x + self.drop_path(y * self.gamma1 if hasattr(self, 'gamma1') else y)
+        y = self.mlp(self.norm2(x))
+        return x + self.drop_path(y * self.gamma2 if hasattr(self, 'gamma2') else y)
 
 
 @MODELS.register_module()
@@ -79,6 +86,8 @@ class DeiT(PlainBackbone):
         out_indices (int | Sequence[int]): blocks whose patch-token outputs are returned. Defaults to -1.
         final_norm (bool): apply ``norm`` to the last block's output. Defaults to True.
         drop_path_rate (float): stochastic depth, rising linearly. Defaults to 0.
+        layer_scale (bool): per-channel branch scales ``gamma1`` / ``gamma2`` in every block (ViT-Adapter's plain
+            ViT); a checkpoint without them loads with them at 1. Defaults to False.
         with_cp (bool): activation checkpointing while training. Defaults to False.
         num_classes (int): > 0 adds the head for :meth:`forward_classifier` (class token, or the mean patch token
             for operators without one). Defaults to 0.
@@ -111,6 +120,7 @@ class DeiT(PlainBackbone):
                  out_indices: int | Sequence[int] = -1,
                  final_norm: bool = True,
                  drop_path_rate: float = 0.0,
+                 layer_scale: bool = False,
                  with_cp: bool = False,
                  num_classes: int = 0,
                  out_type: str = 'featmap',
@@ -134,7 +144,7 @@ class DeiT(PlainBackbone):
         dpr = torch.linspace(0, drop_path_rate, self.depth).tolist()
         self.blocks = nn.ModuleList(
             DeiTBlock(C, self.arch['num_heads'], self.arch['mlp_ratio'], attn_cfg,
-                      window_size if i in window_block_indexes else 0, dpr[i]) for i in range(self.depth))
+                      window_size if i in window_block_indexes else 0, dpr[i], layer_scale) for i in range(self.depth))
         self.init_head(num_classes)
         self._init_timm()
 
@@ -170,9 +180,15 @@ class DeiT(PlainBackbone):
         return x[:, 0] if prefix else x.mean(1)
 
     def checkpoint_filter_fn(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The base filter, then a position table of another grid (a checkpoint trained at another size) resampled
-        to ``pretrain_size``'s grid (:func:`mmwf.models.layers.resample_pos_embed`, as timm), logged."""
+        """The base filter, then layer-scale gammas a softmax DeiT checkpoint lacks set to 1, and a position table of
+        another grid (a checkpoint trained at another size) resampled to ``pretrain_size``'s grid
+        (:func:`mmwf.models.layers.resample_pos_embed`, as timm); each logged."""
         state_dict = super().checkpoint_filter_fn(state_dict)
+        gammas = [k for k in self.state_dict() if re.fullmatch(r'blocks\.\d+\.gamma[12]', k) and k not in state_dict]
+        if gammas:
+            state_dict = dict(state_dict, **{k: torch.ones(self.embed_dims) for k in gammas})
+            print_log(f'DeiT: {len(gammas)} layer-scale tensors (gamma1 / gamma2) are not in the checkpoint; they '
+                      'start at 1, as ViT-Adapter\'s plain ViT starts them', logger='current')
         pos = state_dict.get('pos_embed')
         if (pos is not None and pos.dim() == 3 and pos.shape[-1] == self.embed_dims
                 and pos.shape != self.pos_embed.shape):

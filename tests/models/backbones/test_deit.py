@@ -67,3 +67,22 @@ def test_checkpoint_of_another_grid_is_resampled_as_timm_does(tmp_path, grid):
     expected = resample_abs_pos_embed(state['pos_embed'], new_size=(14, 14), num_prefix_tokens=1)
     assert torch.allclose(model.pos_embed, expected, atol=1e-6)
     assert torch.equal(model.blocks[0].attn.qkv.weight, state['blocks.0.attn.qkv.weight'])
+
+
+def test_layer_scale_starts_at_one_from_a_plain_checkpoint_and_scales_the_branches(tmp_path):
+    """ViT-Adapter's plain ViT: gamma1 / gamma2 per block, absent from DeiT checkpoints (loaded as 1, the identical
+    network); with both at 0 every block is the identity."""
+    arch = dict(embed_dims=32, depth=2, num_heads=2, mlp_ratio=2)
+    plain = DeiT(arch, with_cls_token=False).eval()
+    torch.save(plain.state_dict(), tmp_path / 'deit.pth')
+    scaled = DeiT(arch, with_cls_token=False, layer_scale=True,
+                  init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'deit.pth'))).eval()
+    scaled.init_weights()
+    img = torch.randn(1, 3, 64, 96)
+    with torch.no_grad():
+        assert torch.allclose(scaled(img)[0], plain(img)[0], atol=1e-6)
+        for block in scaled.blocks:
+            block.gamma1.zero_()
+            block.gamma2.zero_()
+        tokens = scaled.patch_embed(img).flatten(2).transpose(1, 2) + scaled.patch_pos_embed((4, 6))
+        assert torch.allclose(scaled(img)[0], scaled.norm(tokens).transpose(1, 2).unflatten(2, (4, 6)), atol=1e-6)
