@@ -7,7 +7,7 @@ STAMP := $(VENV)/.mmwf-installed
 
 install: $(STAMP)
 
-$(STAMP): tools/install.sh requirements.txt requirements/tests.txt setup.cfg
+$(STAMP): tools/install.sh requirements.txt requirements/tests.txt requirements/deploy.txt setup.cfg
 	bash tools/install.sh
 	touch $(STAMP)
 

@@ -1,6 +1,6 @@
 """CUDA checks (``pytest -m cuda``; skipped without a CUDA device): the backbones, every attention operator and
-the neck under fp16 / bf16 autocast against fp32 on the same device, the per-sample dynamic depthwise
-convolution against a grouped-conv reference, and peak memory of WF-T vs DeiT-T at 1024 and 1248.
+the neck under fp16 / bf16 autocast against fp32 on the same device, the batched per-sample depthwise convolution
+(grouped and shift-sum) against the CPU loop, and peak memory of WF-T vs DeiT-T at 1024 and 1248.
 
 Needs torch, timm and mmengine only (no mmcv / mmdet / mmseg), like the backbones themselves.
 """
@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import mmwf  # noqa: F401
 from mmwf.models.backbones import DeiT, WeightFormer
-from mmwf.models.layers import AdaptiveDynamicDWConv, map_to_tokens, tokens_to_map
+from mmwf.models.layers import AdaptiveDynamicDWConv
 from mmwf.models.necks import SimpleFeaturePyramid
 
 pytestmark = [pytest.mark.cuda,
@@ -72,15 +71,29 @@ def test_windowed_deit_and_neck_autocast_match_fp32(dtype):
     check_autocast(model, torch.randn(1, 3, 512, 512), dtype)
 
 
-def test_per_sample_dynamic_dwconv_matches_grouped_reference():
-    layer = AdaptiveDynamicDWConv(64).to(DEVICE)
+@pytest.mark.parametrize('impl', ['auto', 'grouped', 'shift'])
+def test_per_sample_depthwise_conv_on_cuda_matches_the_cpu_loop(impl):
+    """The batched CUDA evaluations (one grouped conv, the shift-sum of compiled graphs) against the eager CPU
+    per-sample loop: outputs and gradients."""
+    from mmwf.models.layers.dynamic_dwconv import per_sample_depthwise_conv
+    x, w, b = torch.randn(4, 64, 23, 31), torch.randn(4, 64, 3, 3), torch.randn(64)
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    ref = per_sample_depthwise_conv(*leaves, impl='loop')
+    ref_grads = torch.autograd.grad(ref.square().sum(), leaves)
+    cuda = [t.to(DEVICE).requires_grad_() for t in (x, w, b)]
+    out = per_sample_depthwise_conv(*cuda, impl=impl)
+    grads = torch.autograd.grad(out.square().sum(), cuda)
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-4, atol=1e-4)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g.cpu(), r, rtol=1e-4, atol=1e-3)
+
+
+def test_dynamic_dwconv_layer_on_cuda_matches_cpu():
+    layer = AdaptiveDynamicDWConv(64)
     hw = (23, 31)
-    x = torch.randn(3, hw[0] * hw[1], 64, device=DEVICE)
-    kernel = layer.w + layer.effective_delta(x, hw).unsqueeze(2)  # (B, C, 1, K, K)
-    b, c = x.shape[0], layer.dim
-    reference = F.conv2d(tokens_to_map(x, hw).reshape(1, b * c, *hw), kernel.reshape(b * c, 1, 3, 3),
-                         layer.b.repeat(b), padding=1, groups=b * c).reshape(b, c, *hw)
-    torch.testing.assert_close(layer(x, hw), map_to_tokens(reference), rtol=1e-4, atol=1e-5)
+    x = torch.randn(3, hw[0] * hw[1], 64)
+    ref = layer(x, hw)
+    torch.testing.assert_close(layer.to(DEVICE)(x.to(DEVICE), hw).cpu(), ref, rtol=1e-4, atol=1e-4)
 
 
 def forward_peak_mb(model: torch.nn.Module, size: int) -> float:

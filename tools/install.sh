@@ -89,6 +89,7 @@ step "mmdet / mmsegmentation / mmpretrain"
 step "mmwf (editable) and test tools"
 "${PIP[@]}" --no-build-isolation --no-deps -e "$ROOT" || fail "pip install -e . failed"
 "${PIP[@]}" -r "$ROOT/requirements/tests.txt" || fail "pip could not install the test requirements"
+"${PIP[@]}" -r "$ROOT/requirements/deploy.txt" || fail "pip could not install the ONNX export requirements (requirements/deploy.txt)"
 
 step "stack check"
 "$PY" -c "import mmwf; from mmwf.utils import check_stack; check_stack(require_mmcv_ops=True); print('stack ok')" \

@@ -131,3 +131,16 @@ def test_workload_refuses_a_classification_config():
     from mmwf.analysis import Workload
     with pytest.raises(ValueError, match='mmpretrain config; the workload benchmark takes mmdet / mmseg'):
         Workload(str(ROOT / 'configs/imagenet/weightformer_t_in1k.py'))
+
+
+@pytest.mark.parametrize('part', ['classifier', 'backbone+pyramid'])
+def test_train_step_trains(part):
+    """The step the training-step benchmark times: forward, loss, backward and an AdamW step that moves the stem."""
+    import torch
+
+    from mmwf.analysis.train_step import train_step
+    step, model = train_step('wf-t', part, 2, 64, 'cpu', amp=False)
+    stem = next(model.parameters())
+    before = stem.detach().clone()
+    step()
+    assert not torch.equal(before, stem)

@@ -161,8 +161,8 @@ class DeiT(PlainBackbone):
     def patch_pos_embed(self, hw: tuple[int, int]) -> torch.Tensor:
         """Position embedding of the patch tokens, (1, H*W, C), resampled from the pretraining grid."""
         pos = self.pos_embed[:, 1:]
-        if hw == (self.pretrain_grid, self.pretrain_grid):
-            return pos
+        if not torch.compiler.is_exporting() and hw == (self.pretrain_grid, self.pretrain_grid):
+            return pos  # resampling to the same grid is the identity: exported graphs keep it, for every size
         return resample_grid_tokens(pos, self.pretrain_grid, hw)
 
     def embed(self, x: torch.Tensor, classify: bool) -> tuple[torch.Tensor, tuple[int, int], int]:

@@ -199,7 +199,7 @@ class MHLAttention(AttentionBase):
 
     def block_size(self, hw: tuple[int, int]) -> tuple[int, int]:
         """Tokens per block (ceil(H / P_h), ceil(W / P_w)) for the fixed block layout."""
-        return -(-hw[0] // self.blocks[0]), -(-hw[1] // self.blocks[1])
+        return (hw[0] + self.blocks[0] - 1) // self.blocks[0], (hw[1] + self.blocks[1] - 1) // self.blocks[1]
 
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         """Patch tokens (B, H*W, C) in raster order on grid ``hw`` -> (B, H*W, C)."""

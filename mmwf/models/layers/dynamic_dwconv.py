@@ -16,6 +16,63 @@ from mmwf.registry import MODELS
 from .tokens import map_to_tokens, tokens_to_map
 
 
+def adaptive_avg_pool(x: torch.Tensor, size: int) -> torch.Tensor:
+    """``F.adaptive_avg_pool2d(x, size)`` for maps (B, C, H, W). Exporting (either ONNX exporter) or compiling, it is
+    written as two averaging matrices (bin i of a side of n covers [floor(i n / size), ceil((i + 1) n / size)), as
+    PyTorch's): ONNX has no adaptive pooling whose output size does not divide the input, and the matrices are
+    generic in H and W. Eager (and under the FLOP counter) it is PyTorch's op."""
+    if not (torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()):
+        return F.adaptive_avg_pool2d(x, size)
+    return pooling_matrices(x, size)
+
+
+def pooling_matrices(x: torch.Tensor, size: int) -> torch.Tensor:
+    """:func:`adaptive_avg_pool` as ``einsum`` with a (size, H) and a (size, W) averaging matrix."""
+    def bins(n: int) -> torch.Tensor:  # (size, n): row i averages bin i
+        i = torch.arange(size, device=x.device)
+        start, end = (i * n) // size, ((i + 1) * n + size - 1) // size
+        j = torch.arange(n, device=x.device)
+        mask = (j >= start[:, None]) & (j < end[:, None])
+        return mask.to(x.dtype) / (end - start)[:, None].to(x.dtype)
+    return torch.einsum('ih,bchw,jw->bcij', bins(x.shape[-2]), x, bins(x.shape[-1]))
+
+
+def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                              impl: str = 'auto') -> torch.Tensor:
+    """Depthwise K x K convolution ('same' zero padding) with a kernel per sample: x (B, C, H, W), weight
+    (B, C, K, K), bias (C) -> (B, C, H, W). One operation, three evaluations, chosen by ``impl`` (``'auto'``:
+    by where it runs):
+
+    - ``'loop'`` (eager CPU): one depthwise conv per sample on the channels-last views, the fastest here;
+    - ``'grouped'`` (eager CUDA, and TorchScript tracing: FLOP counting, the TorchScript ONNX exporter): one grouped
+      conv over the batch folded into the channels (B*C groups), one kernel launch for the whole batch;
+    - ``'shift'`` (``torch.compile``, ``torch.export``, the dynamo ONNX exporter): the sum of the K*K shifted maps
+      times their kernel taps, element-wise ops generic in B, H and W (a grouped conv's group count fixes B).
+    """
+    B, C, H, W = x.shape
+    k = weight.shape[-1]
+    if impl == 'auto':
+        impl = ('grouped' if torch.jit.is_tracing() else 'shift' if torch.compiler.is_compiling() else
+                'loop' if x.device.type == 'cpu' else 'grouped')
+    if impl == 'loop':
+        return torch.cat([F.conv2d(x[i:i + 1], weight[i].unsqueeze(1), bias, padding=k // 2, groups=C)
+                          for i in range(B)])
+    if impl == 'grouped':
+        y = F.conv2d(x.reshape(1, B * C, H, W), weight.reshape(B * C, 1, k, k),
+                     None if bias is None else bias.repeat(B), padding=k // 2, groups=B * C)
+        return y.view(B, C, H, W)
+    if impl != 'shift':
+        raise ValueError(f"impl must be 'auto', 'loop', 'grouped' or 'shift', got {impl!r}")
+    p = k // 2
+    xp = F.pad(x, (p, p, p, p))
+    y = xp[:, :, :H, :W] * weight[:, :, :1, :1]
+    for u in range(k):
+        for v in range(k):
+            if u or v:
+                y = y + xp[:, :, u:u + H, v:v + W] * weight[:, :, u:u + 1, v:v + 1]
+    return y if bias is None else y + bias.view(1, C, 1, 1)
+
+
 def unit_clip(dw: torch.Tensor) -> torch.Tensor:
     """dW / (||dW||_F over the K x K kernel + 1), the release's normalisation of a (B, C, K, K) update."""
     return dw / (dw.flatten(2).norm(dim=-1)[..., None, None] + 1)
@@ -45,12 +102,8 @@ class DynamicDWConv(nn.Module):
 
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         x = tokens_to_map(x, hw)
-        weight = self.w + self.delta(x).unsqueeze(2)  # (B, C, 1, K, K)
-        # one depthwise conv per sample on channels-last views: far faster on CPU than a single
-        # (1, B*C, H, W) grouped conv, which needs an NCHW copy and takes PyTorch's slow path
-        y = torch.cat([F.conv2d(x[i:i + 1], weight[i], self.b, padding=self.kernel_size // 2, groups=self.dim)
-                       for i in range(x.shape[0])])
-        return map_to_tokens(y)
+        weight = self.w.squeeze(1) + self.delta(x)  # (B, C, K, K)
+        return map_to_tokens(per_sample_depthwise_conv(x, weight, self.b))
 
     def extra_repr(self) -> str:
         return f'dim={self.dim}, kernel_size={self.kernel_size}'
@@ -79,7 +132,7 @@ class AdaptiveDynamicDWConv(DynamicDWConv):
         self.wfm = nn.Sequential(nn.Conv2d(dim, dim, 1), nn.GELU(), nn.Conv2d(dim, dim, 1, bias=False))
 
     def delta(self, x: torch.Tensor) -> torch.Tensor:
-        return unit_clip(self.wfm(F.adaptive_avg_pool2d(x, self.kernel_size)))
+        return unit_clip(self.wfm(adaptive_avg_pool(x, self.kernel_size)))
 
 
 @MODELS.register_module()
@@ -93,7 +146,7 @@ class AmpDirDynamicDWConv(AdaptiveDynamicDWConv):
         self.eps = eps
 
     def delta(self, x: torch.Tensor) -> torch.Tensor:
-        direction = self.wfm(F.adaptive_avg_pool2d(x, self.kernel_size))
+        direction = self.wfm(adaptive_avg_pool(x, self.kernel_size))
         norm = direction.flatten(2).norm(dim=-1)[..., None, None] + self.eps
         return torch.sigmoid(self.amp(x.mean((2, 3))))[..., None, None] * direction / norm
 
@@ -108,7 +161,7 @@ class ConvDynamicDWConv(DynamicDWConv):
                                  nn.Conv2d(dim // ratio, dim, 3, padding=1))
 
     def delta(self, x: torch.Tensor) -> torch.Tensor:
-        return unit_clip(F.adaptive_avg_pool2d(self.wfm(x), self.kernel_size))
+        return unit_clip(adaptive_avg_pool(self.wfm(x), self.kernel_size))
 
 
 @MODELS.register_module()

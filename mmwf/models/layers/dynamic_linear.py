@@ -89,11 +89,14 @@ def sandwich(left: torch.Tensor, x: torch.Tensor, right: torch.Tensor, scale: fl
 
     ``'tokens'``: (left X^T)(X right), through (N, a) and (N, b) intermediates (cheap for few tokens; the order
     whose FLOPs the paper's Table 2 reports); ``'core'``: left (X^T X) right, through the (C, C) correlation
-    (independent of N after it); ``'auto'``: whichever costs fewer multiply-adds."""
+    (independent of N after it); ``'auto'``: whichever costs fewer multiply-adds (``'core'`` in ``torch.export``,
+    whose graph serves every size)."""
     n, c = x.shape[1], x.shape[2]
     a, b = left.shape[0], right.shape[1]
     cost_tokens = n * (a * c + c * b + a * b)
     cost_core = n * c * c + min(a * c * c + a * c * b, c * c * b + a * c * b)
+    if order == 'auto' and torch.compiler.is_exporting():
+        order = 'core'  # exported graphs serve every size: the order independent of N after the small core
     if order == 'tokens' or (order == 'auto' and cost_tokens <= cost_core):
         p = torch.matmul(x, left.t()) * scale  # (B, N, a) = (left X^T)^T
         q = torch.matmul(x, right)  # (B, N, b)
@@ -203,7 +206,8 @@ class BilateralDynamicLinear(DynamicLinear):
         cost_core = n * ri * ro + cin * ri * ro + cin * ro * cout
         # both orders build dW^T (B, Cout, Cin) contiguously: the column norms then reduce over
         # contiguous memory, and the matmul with x reads the transpose for free
-        if self.order == 'tokens' or (self.order == 'auto' and cost_tokens <= cost_core):
+        order = 'core' if self.order == 'auto' and torch.compiler.is_exporting() else self.order  # any size
+        if order == 'tokens' or (order == 'auto' and cost_tokens <= cost_core):
             p, q = torch.matmul(a, self.w1), torch.matmul(b, self.w2)
             return torch.matmul(q.transpose(1, 2), p).transpose(1, 2)
         core_t = torch.matmul(b.transpose(1, 2), a)

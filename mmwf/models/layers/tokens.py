@@ -51,7 +51,7 @@ def partition(x: torch.Tensor, hw: tuple[int, int], block: tuple[int, int],
 
     ViTDet's window attention (fixed block size) and MHLA (fixed block layout) both use it."""
     (H, W), (bh, bw) = hw, block
-    nh, nw = layout or (-(-H // bh), -(-W // bw))
+    nh, nw = layout or ((H + bh - 1) // bh, (W + bw - 1) // bw)  # ceil; no negative floor division (ONNX)
     lead, C = x.shape[:-2], x.shape[-1]
     x = F.pad(x.reshape(*lead, H, W, C), (0, 0, 0, nw * bw - W, 0, nh * bh - H))
     x = x.reshape(*lead, nh, bh, nw, bw, C).transpose(-4, -3)
@@ -62,7 +62,7 @@ def unpartition(x: torch.Tensor, hw: tuple[int, int], block: tuple[int, int],
                 layout: tuple[int, int] | None = None) -> torch.Tensor:
     """Inverse of :func:`partition`: (*, nh*nw, bh*bw, C) -> raster tokens (*, H*W, C), padding removed."""
     (H, W), (bh, bw) = hw, block
-    nh, nw = layout or (-(-H // bh), -(-W // bw))
+    nh, nw = layout or ((H + bh - 1) // bh, (W + bw - 1) // bw)  # ceil; no negative floor division (ONNX)
     lead, C = x.shape[:-3], x.shape[-1]
     x = x.reshape(*lead, nh, nw, bh, bw, C).transpose(-4, -3).reshape(*lead, nh * bh, nw * bw, C)
     return x[..., :H, :W, :].reshape(*lead, H * W, C)

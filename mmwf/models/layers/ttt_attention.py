@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from mmwf.registry import MODELS
 
 from .attention import check_patch_tokens, merge_heads
+from .dynamic_dwconv import per_sample_depthwise_conv
 
 
 def swiglu_inner_grads(k: torch.Tensor, v: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
@@ -97,11 +98,9 @@ class TTTAttention(nn.Module):
 
     def conv_head(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q, k, v (B, d, H, W) -> (B, d, H, W): one inner step of the depthwise conv, applied to q."""
-        B, d, H, W = q.shape
         g3 = dwconv_inner_grad(k, v, self.scale)
         g3 = g3 / (torch.linalg.vector_norm(g3, dim=(-2, -1), keepdim=True) + 1)
-        w3 = (self.w3.squeeze(1) - g3).reshape(B * d, 1, 3, 3)
-        return F.conv2d(q.reshape(1, B * d, H, W), w3, padding=1, groups=B * d).reshape(B, d, H, W)
+        return per_sample_depthwise_conv(q, self.w3.squeeze(1) - g3)
 
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         check_patch_tokens(x, hw, 'TTT')

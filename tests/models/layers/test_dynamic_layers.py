@@ -182,3 +182,31 @@ def test_dynamic_dwconv_equals_its_equation(kind):
     expected = torch.cat([conv(m[i:i + 1], weight[i][:, None], layer.b, groups=CIN) for i in range(B)])
     out = layer(x, HW)
     assert torch.allclose(out, expected.permute(0, 2, 3, 1).reshape(B, -1, CIN), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('impl', ['loop', 'grouped', 'shift'])
+def test_per_sample_depthwise_conv_paths_equal_the_convolution(impl):
+    """The three evaluations of one per-sample depthwise conv (eager CPU, eager CUDA, compiled / exported): outputs
+    and gradients against the shift-sum written out above, fp64, on a non-square grid."""
+    from mmwf.models.layers.dynamic_dwconv import per_sample_depthwise_conv
+    x = torch.randn(3, 5, 7, 9, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 5, 3, 3, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    out = per_sample_depthwise_conv(x, w, b, impl=impl)
+    ref = torch.cat([conv(x[i:i + 1], w[i][:, None], b, groups=5) for i in range(3)])
+    assert torch.allclose(out, ref, rtol=1e-10, atol=1e-10)
+    grads = torch.autograd.grad(out.square().sum(), (x, w, b))
+    ref_grads = torch.autograd.grad(ref.square().sum(), (x, w, b))
+    assert all(torch.allclose(g, r, rtol=1e-10, atol=1e-10) for g, r in zip(grads, ref_grads))
+
+
+def test_pooling_matrices_equal_adaptive_average_pooling_on_every_grid():
+    """The exportable form of the 3 x 3 adaptive pooling (eq. 11-13): PyTorch's bins for every side 1..24."""
+    import torch.nn.functional as F
+
+    from mmwf.models.layers.dynamic_dwconv import pooling_matrices
+    for h in range(1, 25):
+        for w in (1, 2, 3, 5, 7, 13, 24):
+            x = torch.randn(2, 4, h, w, dtype=torch.float64)
+            assert torch.allclose(pooling_matrices(x, 3), F.adaptive_avg_pool2d(x, 3), rtol=1e-12, atol=1e-12), (h, w)
+            assert torch.allclose(pooling_matrices(x, 3), adaptive_pool(x, 3), rtol=1e-12, atol=1e-12)

@@ -1,0 +1,3 @@
+from .onnx import ExportWrapper, check_onnx, export_onnx, exportable_model, latency
+
+__all__ = ['ExportWrapper', 'exportable_model', 'export_onnx', 'check_onnx', 'latency']

@@ -1,0 +1,137 @@
+"""ONNX export of mmwf models with PyTorch's dynamo exporter, checked against PyTorch with ONNX Runtime.
+
+The exported graph takes the normalised image batch (B, 3, H, W) and returns what the model's
+``forward(x, mode='tensor')`` computes: a classifier's logits, the level maps of a detector's backbone + neck, a
+segmentor's segmentation logits. Dynamic axes: batch and image size, where the architecture allows them
+(:func:`dynamic_shapes` says which).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+OPSET = 18  # read by ONNX Runtime and TensorRT 8.6+ / 10
+
+
+class ExportWrapper(nn.Module):
+    """A task model as images -> tensors: ``classifier`` logits, ``backbone+neck`` maps, or ``segmentor`` logits.
+
+    Args:
+        model (nn.Module): an mmpretrain classifier, mmdet detector or mmseg segmentor (eval mode).
+        kind (str): ``'classifier'``, ``'backbone+neck'`` or ``'segmentor'``.
+    """
+
+    KINDS = ('classifier', 'backbone+neck', 'segmentor')
+
+    def __init__(self, model: nn.Module, kind: str) -> None:
+        super().__init__()
+        if kind not in self.KINDS:
+            raise ValueError(f'kind must be one of {self.KINDS}, got {kind!r}')
+        self.model, self.kind = model, kind
+
+    def forward(self, x: torch.Tensor):
+        if self.kind == 'backbone+neck':
+            return tuple(self.model.extract_feat(x))
+        return self.model(x, mode='tensor')
+
+
+def exportable_model(config: str, checkpoint: str | None = None) -> tuple[ExportWrapper, dict]:
+    """The config's model (random weights, or ``checkpoint`` loaded strictly) wrapped for export, and facts the
+    export needs: ``kind``, ``stride`` (the input size must be a multiple of it) and ``min_size`` (smallest side)."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+
+    from mmwf.analysis.inputs import build_task_model, task_model_config
+    from mmwf.utils import adapt_to_device
+    cfg, model_cfg = task_model_config(config)
+    adapt_to_device(cfg)
+    model_cfg = Config(dict(model=model_cfg)).model  # a copy
+    model_cfg.backbone.pop('init_cfg', None)
+    model = build_task_model(cfg.default_scope, model_cfg).eval()
+    if checkpoint:
+        from mmengine.runner.checkpoint import _load_checkpoint, _load_checkpoint_to_model
+        init_default_scope(cfg.default_scope)
+        _load_checkpoint_to_model(model, _load_checkpoint(checkpoint, map_location='cpu'), strict=True)
+    kind = {'mmpretrain': 'classifier', 'mmdet': 'backbone+neck', 'mmseg': 'segmentor'}[cfg.default_scope]
+    backbone = model.backbone
+    patch = backbone.patch_size
+    stride = patch if kind == 'classifier' else 2 * patch  # the pyramids' 1/32 level halves the grid once more
+    # export specialises a size of 1: every pooled grid (WeightFormer's 2 x 2 pooling, the pyramids' 1/32 level)
+    # and every count of windows must stay above 1 for the graph to serve all sizes
+    min_grid = max(4, *((getattr(b, 'window_size', 0) or 0) + 1 for b in getattr(backbone, 'blocks', [])))
+    min_size = (min_grid * patch + stride - 1) // stride * stride
+    return ExportWrapper(model, kind), dict(kind=kind, stride=stride, min_size=min_size)
+
+
+def dynamic_shapes(facts: dict, max_size: int = 4096, max_batch: int = 1024) -> dict:
+    """torch.export dims for a batch and an image size that is a multiple of the model's stride, from ``min_size``
+    (only the batch with ``facts['fixed_size']``)."""
+    from torch.export import Dim
+    if facts.get('fixed_size'):
+        return {'x': {0: Dim('batch', min=1, max=max_batch)}}
+    s = facts['stride']
+    h = Dim('h', min=facts['min_size'] // s, max=max_size // s)
+    w = Dim('w', min=facts['min_size'] // s, max=max_size // s)
+    return {'x': {0: Dim('batch', min=1, max=max_batch), 2: s * h, 3: s * w}}
+
+
+def export_onnx(module: nn.Module, shape: tuple[int, int], out: str, facts: dict, dynamic: bool = False,
+                opset: int = OPSET) -> str:
+    """Export ``module`` at input (1, 3, H, W) (batch 2 when dynamic) with the dynamo exporter to ``out``."""
+    x = torch.randn(2 if dynamic else 1, 3, *shape)
+    with torch.no_grad():
+        program = torch.onnx.export(module, (x,), dynamo=True, opset_version=opset, verbose=False,
+                                    dynamic_shapes=dynamic_shapes(facts) if dynamic else None)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    program.save(out)
+    return out
+
+
+def check_onnx(path: str, module: nn.Module, shapes: list[tuple[int, int, int, int]]) -> list[float]:
+    """The largest absolute difference between ONNX Runtime and PyTorch over all outputs, per input shape."""
+    import onnxruntime as ort
+    session = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
+    name = session.get_inputs()[0].name
+    diffs = []
+    for shape in shapes:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            ref = module(x)
+        ref = [ref] if isinstance(ref, torch.Tensor) else list(ref)
+        outs = session.run(None, {name: x.numpy()})
+        if len(outs) != len(ref):
+            raise RuntimeError(f'{path}: {len(outs)} outputs where PyTorch gives {len(ref)}')
+        diffs.append(max(float(np.abs(o - r.numpy()).max()) for o, r in zip(outs, ref)))
+    return diffs
+
+
+def latency(path: str, module: nn.Module, shape: tuple[int, int, int, int], rounds: int = 5) -> tuple[float, float]:
+    """Median seconds per forward of ONNX Runtime and of eager PyTorch on the same input, timed in interleaved
+    rounds (one warm-up each) so that both see the same machine load."""
+    import statistics
+    import time
+
+    import onnxruntime as ort
+    session = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
+    name = session.get_inputs()[0].name
+    x = torch.randn(*shape)
+    feed = {name: x.numpy()}
+
+    def run_ort():
+        session.run(None, feed)
+
+    def run_torch():
+        with torch.no_grad():
+            module(x)
+    times = {run_ort: [], run_torch: []}
+    for fn in times:
+        fn()
+    for _ in range(rounds):
+        for fn, ts in times.items():
+            start = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - start)
+    return statistics.median(times[run_ort]), statistics.median(times[run_torch])

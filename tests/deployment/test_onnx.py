@@ -1,0 +1,96 @@
+"""ONNX export (dynamo) checked with ONNX Runtime; torch.export and torch.compile with dynamic shapes."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import mmwf  # noqa: F401
+from mmwf.deployment import ExportWrapper, check_onnx, export_onnx
+from mmwf.models.backbones import DeiT, WeightFormer
+from mmwf.models.necks import SimpleFeaturePyramid
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_WF = dict(embed_dims=32, depth=3, mlp_ratio=2)
+TINY_DEIT = dict(embed_dims=32, depth=2, num_heads=2, mlp_ratio=2)
+
+
+@pytest.mark.slow
+def test_tool_exports_the_wf_t_classifier_with_dynamic_batch_and_size(tmp_path):
+    out = tmp_path / 'wf_t.onnx'
+    res = subprocess.run([sys.executable, 'tools/deployment/pytorch2onnx.py', 'configs/imagenet/weightformer_t_in1k.py',
+                          '--out', str(out), '--shape', '224', '224', '--dynamic'], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    diffs = [float(line.rsplit('= ', 1)[1]) for line in res.stdout.splitlines() if 'largest |ONNX' in line]
+    assert len(diffs) == 2 and max(diffs) < 1e-4
+    assert 'input (3, 3, 256, 224)' in res.stdout and 'dynamic batch and size' in res.stdout
+
+
+class Dense(torch.nn.Module):
+    """A windowed DeiT (its windows do not divide the grid) and a SimpleFeaturePyramid, as the Cascade configs."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = DeiT(TINY_DEIT, with_cls_token=False, window_size=4, window_block_indexes=(0,),
+                             out_indices=(1,))
+        self.neck = SimpleFeaturePyramid(32, out_channels=16)
+
+    def extract_feat(self, x):
+        return self.neck(self.backbone(x))
+
+
+def test_windowed_backbone_and_pyramid_export_with_dynamic_batch_and_size(tmp_path):
+    module = ExportWrapper(Dense().eval(), 'backbone+neck')
+    facts = dict(kind='backbone+neck', stride=32, min_size=96)  # more than one 4-token window per side
+    path = export_onnx(module, (160, 192), str(tmp_path / 'dense.onnx'), facts, dynamic=True)
+    assert max(check_onnx(path, module, [(1, 3, 160, 192), (3, 3, 224, 96)])) < 1e-4
+
+
+def test_segmentor_exports_with_a_dynamic_batch(tmp_path):
+    """UperNet: mmseg's pyramid pooling pools to fixed bins, so the size is fixed and the batch is dynamic."""
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+    init_default_scope('mmseg')
+    model = MODELS.build(dict(
+        type='EncoderDecoder', data_preprocessor=dict(type='SegDataPreProcessor'),
+        backbone=dict(type='WeightFormer', arch=dict(TINY_WF, depth=4), out_indices=(0, 1, 2, 3), final_norm=False),
+        neck=dict(type='Feature2Pyramid', embed_dim=32, rescales=[4, 2, 1, 0.5], norm_cfg=dict(type='BN')),
+        decode_head=dict(type='UPerHead', in_channels=[32] * 4, in_index=[0, 1, 2, 3], channels=16,
+                         num_classes=5, norm_cfg=dict(type='BN')))).eval()
+    module = ExportWrapper(model, 'segmentor')
+    facts = dict(kind='segmentor', stride=32, min_size=32, fixed_size=True)
+    path = export_onnx(module, (128, 128), str(tmp_path / 'seg.onnx'), facts, dynamic=True)
+    assert max(check_onnx(path, module, [(1, 3, 128, 128), (3, 3, 128, 128)])) < 1e-4
+
+
+@pytest.mark.parametrize('make,lo', [(lambda: WeightFormer(TINY_WF, out_indices=(0, 2)), 4),
+                                     (lambda: DeiT(TINY_DEIT, with_cls_token=False, window_size=4,
+                                                   window_block_indexes=(0,), out_indices=(0, 1)), 5)],
+                         ids=['weightformer', 'deit-windows'])
+def test_torch_export_with_dynamic_batch_and_size(make, lo):
+    from torch.export import Dim, export
+    model = make().eval()
+    dims = {'x': {0: Dim('batch', min=1, max=32), 2: 16 * Dim('h', min=lo, max=64), 3: 16 * Dim('w', min=lo, max=64)}}
+    program = export(model, (torch.randn(2, 3, 16 * 9, 16 * 7),), dynamic_shapes=dims).module()
+    for shape in ((1, 3, 16 * lo, 16 * 13), (4, 3, 16 * 11, 16 * lo)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            for ours, ref in zip(program(x), model(x)):
+                assert torch.allclose(ours, ref, atol=1e-5)
+
+
+def test_compiled_backbone_does_not_recompile_for_a_new_batch_size():
+    graphs = []
+
+    def counting(gm, example_inputs):  # a torch.compile backend that records each compilation
+        graphs.append(gm)
+        return gm.forward
+    model = WeightFormer(TINY_WF).eval()
+    compiled = torch.compile(model, backend=counting, dynamic=True)
+    with torch.no_grad():
+        for batch in (2, 3, 5):
+            x = torch.randn(batch, 3, 64, 96)
+            assert torch.allclose(compiled(x)[0], model(x)[0], atol=1e-5)
+    assert len(graphs) == 1

@@ -1,0 +1,61 @@
+"""Training-step time and peak memory of WeightFormer against DeiT, side by side (interleaved rounds): the
+classifier step of the ImageNet recipe (batch 256 at 224 with AMP on one GPU) and the backbone + SimpleFeaturePyramid
+step of the Cascade configs (1024 x 1024). Needs torch, timm and mmengine only.
+
+    python tools/analysis/train_step_benchmark.py --device cuda --part classifier --batch 256 --size 224 --amp
+    python tools/analysis/train_step_benchmark.py --device cuda --part backbone+pyramid --batch 4 --size 1024 --amp
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from mmwf.analysis.train_step import PARTS, train_step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--models', nargs='+', default=['wf-t', 'deit-t'])
+    parser.add_argument('--part', choices=PARTS, default='classifier')
+    parser.add_argument('--batch', type=int, default=256)
+    parser.add_argument('--size', type=int, default=224)
+    parser.add_argument('--amp', action='store_true', help='mixed precision (fp16 on CUDA, bf16 on CPU)')
+    parser.add_argument('--rounds', type=int, default=5)
+    parser.add_argument('--iters', type=int, default=3, help='steps per round')
+    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    args = parser.parse_args()
+    cuda = args.device.startswith('cuda')
+    steps = {name: train_step(name, args.part, args.batch, args.size, args.device, args.amp)[0] for name in args.models}
+    times, peaks = {n: [] for n in steps}, {}
+    for name, step in steps.items():  # warm-up, and the peak of one step
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            step()
+            torch.cuda.synchronize()
+            peaks[name] = torch.cuda.max_memory_allocated() / 2 ** 20
+    for _ in range(args.rounds):
+        for name, step in steps.items():
+            if cuda:
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(args.iters):
+                step()
+            if cuda:
+                torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - start) / args.iters)
+    ref = args.models[-1]
+    print(f'{args.part}, batch {args.batch} at {args.size}, {"AMP" if args.amp else "fp32"}, {args.device}')
+    print('| model | s / step | img/s | vs ' + ref + ' | peak MB |\n|---|---|---|---|---|')
+    for name, ts in times.items():
+        t = statistics.median(ts)
+        ratio = statistics.median(r / s for r, s in zip(times[ref], ts))
+        print(f'| {name} | {t:.3f} | {args.batch / t:.1f} | {ratio:.2f}x | {peaks.get(name, float("nan")):.0f} |')
+
+
+if __name__ == '__main__':
+    main()
