@@ -46,8 +46,8 @@ def test_command_line_lists_and_exports(tmp_path):
     assert bad.returncode == 1 and 'no mmwf config named' in bad.stderr
 
 
-DET = """_base_ = './cascade_wf_t_coco.py'
-# our own task: three shape classes, trained from scratch, one iteration on CPU
+DET = """_base_ = './cascade_wf_t_demo.py'
+# our own task: three shape classes, trained from scratch, one iteration on CPU (Table 4's model at 128 x 128)
 data_root = '{data}/coco/'
 metainfo = dict(classes=('circle', 'square', 'triangle'))
 model = dict(
@@ -69,8 +69,8 @@ train_cfg = dict(max_iters=1, val_interval=1)
 param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=False, begin=0, end=1)]
 """
 
-SEG = """_base_ = './upernet_wf_t_ade20k.py'
-# our own task: four classes, trained from scratch, one iteration
+SEG = """_base_ = './upernet_wf_t_demo.py'
+# our own task: four classes, trained from scratch, one iteration (Table 5's model at 128 x 128)
 data_root = '{data}/ade'
 metainfo = dict(classes=('background', 'circle', 'square', 'triangle'),
                 palette=[[120, 120, 120], [220, 20, 60], [0, 130, 200], [255, 200, 0]])
@@ -91,8 +91,9 @@ param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=False, begin=0, 
 
 @pytest.mark.slow
 def test_a_project_of_its_own_inherits_exported_configs_and_trains(tmp_path):
-    """Outside the repository: export one detection and one segmentation config, inherit and change them, and
-    train each for one iteration with the train.py that ships in mmdet's / mmseg's wheels."""
+    """Outside the repository: export one detection and one segmentation config (the paper's models at the demo's
+    128 x 128, to keep the CPU step short), inherit and change them, and train each for one iteration with the
+    train.py that ships in mmdet's / mmseg's wheels."""
     from mmwf.datasets import generate
     data, project = tmp_path / 'data', tmp_path / 'project'
     generate(str(data), size=128, train=4, val=2, seed=2)
@@ -104,7 +105,7 @@ def test_a_project_of_its_own_inherits_exported_configs_and_trains(tmp_path):
         return res.stdout + res.stderr
 
     project.mkdir()
-    run('-m', 'mmwf.configs', 'cascade_wf_t_coco', 'upernet_wf_t_ade20k', '--dest', 'configs')
+    run('-m', 'mmwf.configs', 'cascade_wf_t_demo', 'upernet_wf_t_demo', '--dest', 'configs')
     (project / 'configs/my_det.py').write_text(DET.format(data=data))
     (project / 'configs/my_seg.py').write_text(SEG.format(data=data))
     for scope, config in (('mmdet', 'my_det'), ('mmseg', 'my_seg')):

@@ -17,15 +17,33 @@ TINY_DEIT = dict(embed_dims=32, depth=2, num_heads=2, mlp_ratio=2)
 
 
 @pytest.mark.slow
-def test_tool_exports_the_wf_t_classifier_with_dynamic_batch_and_size(tmp_path):
-    out = tmp_path / 'wf_t.onnx'
-    res = subprocess.run([sys.executable, 'tools/deployment/pytorch2onnx.py', 'configs/imagenet/weightformer_t_in1k.py',
+def test_tool_exports_a_classifier_config_with_dynamic_batch_and_size(tmp_path):
+    out = tmp_path / 'deit_t.onnx'
+    res = subprocess.run([sys.executable, 'tools/deployment/pytorch2onnx.py', 'configs/imagenet/deit_t_softmax_in1k.py',
                           '--out', str(out), '--shape', '224', '224', '--dynamic'], cwd=ROOT, capture_output=True,
                          text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     diffs = [float(line.rsplit('= ', 1)[1]) for line in res.stdout.splitlines() if 'largest |ONNX' in line]
     assert len(diffs) == 2 and max(diffs) < 1e-4
     assert 'input (3, 3, 256, 224)' in res.stdout and 'dynamic batch and size' in res.stdout
+
+
+class Classifier(torch.nn.Module):
+    def __init__(self, backbone):
+        super().__init__()
+        self.backbone = backbone
+
+    def forward(self, x, mode='tensor'):
+        return self.backbone.forward_classifier(x)
+
+
+def test_weightformer_classifier_exports_with_dynamic_batch_and_size(tmp_path):
+    """Every dynamic layer of the release (Bilateral linear, adaptive DWConv with its 3 x 3 pooling) in one graph
+    that serves other batch sizes and grids (the second grid, 7 x 5, is not divisible by 3)."""
+    module = ExportWrapper(Classifier(WeightFormer(TINY_WF, num_classes=10)).eval(), 'classifier')
+    facts = dict(kind='classifier', stride=16, min_size=64)
+    path = export_onnx(module, (96, 128), str(tmp_path / 'wf.onnx'), facts, dynamic=True)
+    assert max(check_onnx(path, module, [(1, 3, 96, 128), (3, 3, 112, 80)])) < 1e-4
 
 
 class Dense(torch.nn.Module):

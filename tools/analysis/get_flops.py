@@ -31,7 +31,7 @@ from mmengine.config import Config
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from mmwf.analysis import count_flops, released_order  # noqa: E402
+from mmwf.analysis import count_flops, flop_analyzer, released_order  # noqa: E402
 from mmwf.analysis.inputs import Classifier, build_classifier, build_task_model, task_model_config  # noqa: E402
 from mmwf.configs import paper_counts  # noqa: E402
 
@@ -106,13 +106,13 @@ def count(config: str, shape: tuple[int, int], our_order: bool,
     order = contextlib.nullcontext() if our_order else released_order(model)
     params = {'backbone': model.backbone, 'backbone+neck': nn.ModuleList([model.backbone, model.neck]),
               'whole': model}
-    out = {}
-    with order, torch.no_grad():
-        for part, module in params.items():
-            print(f'counting {part} ...', file=sys.stderr, flush=True)
-            flops = count_flops(Part(model, part, samples), x) / 1e9
-            out[part] = (sum(p.numel() for p in module.parameters()) / 1e6, flops)
-    return out
+    with order, torch.no_grad():  # one trace of the whole model; its modules' shares give the parts
+        analyzer = flop_analyzer(Part(model, 'whole', samples), x)
+        by_module = analyzer.by_module()
+    flops = {'backbone': by_module['model.backbone'], 'whole': analyzer.total()}
+    flops['backbone+neck'] = flops['backbone'] + by_module['model.neck']
+    return {part: (sum(p.numel() for p in module.parameters()) / 1e6, flops[part] / 1e9)
+            for part, module in params.items()}
 
 
 def crop_size(config: str) -> tuple[int, int]:
