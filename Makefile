@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mmwf-installed
 
-.PHONY: install demo test lint benchmark
+.PHONY: install demo test quick lint benchmark
 
 install: $(STAMP)
 
@@ -17,8 +17,13 @@ demo: install
 lint: install
 	$(VENV)/bin/ruff check .
 
+# two pytest-xdist workers per two cores (one torch thread each, tests/conftest.py); a file's tests share a worker
 test: install lint
-	$(PY) -m pytest -m "not benchmark"
+	$(PY) -m pytest -n auto --dist loadfile -m "not benchmark"
+
+# the edit-test loop: everything but the slow tests
+quick: install
+	$(PY) -m pytest -n auto --dist loadfile -m "not slow and not benchmark"
 
 benchmark: install
 	$(PY) tools/analysis/benchmark.py
