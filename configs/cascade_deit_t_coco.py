@@ -8,4 +8,3 @@ model = dict(
                   drop_path_rate=0.1,
                   init_cfg=dict(type='Pretrained', checkpoint='checkpoints/deit_tiny_patch16_224-a1311bcf.pth')),
     neck=dict(in_channels=192))
-optim_wrapper = dict(paramwise_cfg=dict(num_layers=12))

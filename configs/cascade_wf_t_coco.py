@@ -5,5 +5,3 @@ model = dict(
     backbone=dict(type='WeightFormer', arch='t', out_indices=(16,), final_norm=False, drop_path_rate=0.1,
                   init_cfg=dict(type='Pretrained', checkpoint='checkpoints/weightformer_t.safetensors')),
     neck=dict(in_channels=192))
-# depth-matched layer decay, Vim's rule (Vim-T, 24 blocks: 0.7 ** (12 / 24)): 17 blocks decay as DeiT-T's 12 do
-optim_wrapper = dict(paramwise_cfg=dict(num_layers=17, decay_rate=0.7 ** (12 / 17)))

@@ -7,5 +7,3 @@ model = dict(
     neck=dict(embed_dim=192),
     decode_head=dict(in_channels=[192] * 4, channels=192),
     auxiliary_head=dict(in_channels=192))
-# depth-matched layer decay, Vim's rule (its detection, 24 blocks: 0.7 ** (12 / 24)): 17 blocks decay as DeiT-T's 12
-optim_wrapper = dict(paramwise_cfg=dict(num_layers=17, decay_rate=0.92 ** (12 / 17)))

@@ -280,7 +280,7 @@ CASES = [
      ValueError, ['num_layers=12', 'has 17 blocks', 'last 5 blocks', '4.2x the base lr', 'Set num_layers=17']),
     ('layer decay key of another constructor', lambda t: layer_decay(WeightFormer(TINY_WF), decay_rate=0.7,
                                                                      layer_decay_rate=0.9),
-     ValueError, ["['layer_decay_rate'] are not implemented", 'num_layers, decay_rate, no_decay']),
+     ValueError, ["['layer_decay_rate'] are not implemented", 'num_layers, decay_rate, reference_depth, no_decay']),
     ('unknown weight-decay rule', lambda t: layer_decay(WeightFormer(TINY_WF), decay_rate=0.7, no_decay='all'),
      ValueError, ["no_decay='all' is not a rule", "'beit', 'norms', 'vitdet'"]),
     ('cascade stage resampling', lambda t: cascade_head_with_resampling, ValueError,

@@ -11,8 +11,9 @@ import torch
 
 import mmwf  # noqa: F401
 from mmwf.models.backbones import DeiT, WeightFormer
-from mmwf.models.layers import AdaptiveDynamicDWConv
+from mmwf.models.layers import OPERATORS, AdaptiveDynamicDWConv
 from mmwf.models.necks import SimpleFeaturePyramid
+from mmwf.registry import MODELS
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')]
@@ -21,7 +22,6 @@ DEVICE = 'cuda'
 # WF-T bf16 1.2e-2 / 2.1e-2, fp16 1.4e-3 / 1.8e-3 for output / parameter gradients; DeiT-T 10x lower)
 TOLERANCE = {torch.float16: dict(out=1e-2, grad=2e-2), torch.bfloat16: dict(out=5e-2, grad=1e-1)}
 LOSS_SCALE = {torch.float16: 2.0 ** 12}  # fp16 gradients underflow without loss scaling (as GradScaler does)
-OPERATORS = ['SoftmaxAttention', 'ELUAttention', 'ReLUAttention', 'InLineAttention', 'MHLAttention', 'TTTAttention']
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -58,9 +58,9 @@ def test_weightformer_autocast_matches_fp32(arch, dtype):
 
 
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16], ids=['fp16', 'bf16'])
-@pytest.mark.parametrize('op', OPERATORS)
+@pytest.mark.parametrize('op', [c.__name__ for c in OPERATORS.values()])
 def test_deit_operator_autocast_matches_fp32(op, dtype):
-    cls = op not in ('MHLAttention', 'TTTAttention')
+    cls = MODELS.get(op).with_cls_token
     check_autocast(DeiT('t', attn_cfg=dict(type=op), with_cls_token=cls), torch.randn(2, 3, 224, 224), dtype)
 
 

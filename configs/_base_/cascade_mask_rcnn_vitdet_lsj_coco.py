@@ -2,7 +2,7 @@
 # rebuilt on mmdet 3.x setting by setting (docs/protocol.md gives each reference line): one 1/16 backbone map ->
 # SimpleFeaturePyramid, 2-conv RPN, three 4conv1fc cascade box heads and one 4-conv mask head with LayerNorm2d
 # (ViTDetCascadeRoIHead), L1 box losses, LSJ 1024 x 1024, AdamW + layer-wise lr decay, 100 epochs.
-# A backbone config sets model.backbone, model.neck.in_channels and optim_wrapper.paramwise_cfg.num_layers.
+# A backbone config sets model.backbone and model.neck.in_channels.
 _base_ = ['mmdet::_base_/models/cascade-mask-rcnn_r50_fpn.py', 'mmdet::common/lsj-100e_coco-instance.py']
 custom_imports = dict(imports=['mmwf'], allow_failed_imports=False)
 runner_type = 'StrictRunner'  # strict checkpoint loading, resume past damaged checkpoints, dataset checks
@@ -83,7 +83,8 @@ train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=max_iters, 
 optim_wrapper = dict(
     _delete_=True, type='AmpOptimWrapper', constructor='LayerDecayOptimWrapperConstructor',
     optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.1),
-    paramwise_cfg=dict(num_layers=12, decay_rate=0.7, no_decay='vitdet'))
+    # ViTDet's 0.7 for 12 blocks; deeper backbones decay as 12 blocks do (Vim's rule: Vim-T 0.7 ** (12 / 24))
+    paramwise_cfg=dict(decay_rate=0.7, reference_depth=12, no_decay='vitdet'))
 # detectron2: linear warm-up from 0.001 over 250 iterations (mmengine reaches the end factor at step end - 1)
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=251),

@@ -28,7 +28,7 @@ test_cfg = dict(type='TestLoop')
 optim_wrapper = dict(
     type='OptimWrapper', constructor='LayerDecayOptimWrapperConstructor',  # fp32: Vim trains with use_fp16=False
     optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
-    paramwise_cfg=dict(num_layers=12, decay_rate=0.92, no_decay='beit'))
+    paramwise_cfg=dict(decay_rate=0.92, reference_depth=12, no_decay='beit'))  # as 12 blocks at any depth
 # mmcv 1.x's poly policy with linear warm-up: lr = (1 - t / 60000) * (1e-6 + (1 - 1e-6) * t / 1500 while t < 1500);
 # mmengine's schedulers reach their end value at step end - 1, hence 1501 and max_iters + 1
 param_scheduler = [

@@ -14,4 +14,3 @@ model = dict(
                                init_cfg=dict(type='SoftmaxTransfer', recipe='copy', checkpoint=softmax_checkpoint))),
     teacher=dict(type='DeiT', arch='t', out_indices=(11,), final_norm=False,
                  init_cfg=dict(type='Pretrained', checkpoint=softmax_checkpoint)))
-optim_wrapper = dict(paramwise_cfg=dict(num_layers=12))

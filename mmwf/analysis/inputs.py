@@ -11,8 +11,6 @@ from mmwf.utils.checkpoint import load_pretrained
 
 DEMO_ROOT = osp.join('data', 'demo')  # where tools/generate_demo_data.py writes, relative to the working directory
 
-OPERATORS = {'elu': 'ELUAttention', 'relu': 'ReLUAttention', 'inline': 'InLineAttention', 'mhla': 'MHLAttention',
-             'ttt': 'TTTAttention'}
 
 
 def classifier_config(name: str) -> dict:
@@ -20,16 +18,18 @@ def classifier_config(name: str) -> dict:
     ``static-t`` (WF-T with every block static), ``deit-{t,s,b}`` and ``deit-{t,s,b}-{elu,relu,inline,mhla,ttt}``."""
     parts = name.split('-')
     family, arch, op = parts[0], parts[1] if len(parts) > 1 else '', parts[2:]
+    from mmwf.models.layers import OPERATORS
+    linear = [n for n in OPERATORS if n != 'softmax']  # softmax is plain deit-t
     if family not in ('wf', 'static', 'deit') or arch not in ('t', 's', 'b') or len(op) > 1 or (
-            op and (family != 'deit' or op[0] not in OPERATORS)):
+            op and (family != 'deit' or op[0] not in linear)):
         raise ValueError(f'{name!r} is not a classifier name (wf-t, static-t, deit-s, deit-b-relu, ...; '
-                         f'operators: {", ".join(OPERATORS)})')
+                         f'operators: {", ".join(linear)})')
     if family != 'deit':
         return dict(type='WeightFormer', arch=arch, num_classes=1000,
                     **({'dynamic_blocks': []} if family == 'static' else {}))
-    attn = OPERATORS[op[0]] if op else 'SoftmaxAttention'
-    return dict(type='DeiT', arch=arch, num_classes=1000, attn_cfg=dict(type=attn),
-                with_cls_token=attn not in ('MHLAttention', 'TTTAttention'))
+    attn = OPERATORS[op[0] if op else 'softmax']
+    return dict(type='DeiT', arch=arch, num_classes=1000, attn_cfg=dict(type=attn.__name__),
+                with_cls_token=attn.with_cls_token)
 
 
 class Classifier(nn.Module):

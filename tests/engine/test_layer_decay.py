@@ -114,3 +114,24 @@ def test_beit_rule_exempts_every_1d_parameter_and_bias():
 def test_unknown_no_decay_rule_is_named():
     with pytest.raises(ValueError, match="no_decay='detectron'.*'beit', 'norms', 'vitdet'"):
         build(deit_detector(), layers=3, no_decay='detectron')
+
+
+def test_reference_depth_decays_a_deeper_backbone_as_the_reference_depth():
+    """Vim's depth-matched rule: with reference_depth=12 a 5-block backbone decays in steps of 0.7 ** (12 / 5) per
+    block, so its 5 blocks span the decay that 12 blocks span at 0.7."""
+    model = Detector(WeightFormer(dict(embed_dims=32, depth=5, mlp_ratio=2)))
+    init_default_scope('mmdet')
+    cfg = dict(type='OptimWrapper', constructor='LayerDecayOptimWrapperConstructor',
+               optimizer=dict(type='AdamW', lr=1.0, weight_decay=0.1),
+               paramwise_cfg=dict(decay_rate=0.7, reference_depth=12))
+    groups = lookup(build_optim_wrapper(model, cfg).optimizer, model)
+    assert groups['backbone.patch_embed.proj.weight'][0] == pytest.approx(0.7 ** (12 * 6 / 5))
+    assert groups['backbone.blocks.4.linear2.weight'][0] == pytest.approx(0.7 ** (12 / 5))
+
+
+def test_frozen_stages_are_left_out_and_the_rest_keep_their_layer_ids():
+    model = Detector(WeightFormer(dict(embed_dims=32, depth=4, mlp_ratio=2), frozen_stages=2))
+    groups = lookup(build(model, layers=4, decay=0.5), model)
+    assert not any(k.startswith(('backbone.patch_embed', 'backbone.blocks.0.', 'backbone.blocks.1.')) for k in groups)
+    assert groups['backbone.blocks.2.linear1.weight'][0] == pytest.approx(0.5 ** 2)
+    assert groups['backbone.blocks.3.linear1.weight'][0] == pytest.approx(0.5)

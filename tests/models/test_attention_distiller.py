@@ -5,14 +5,14 @@ from mmengine.config import ConfigDict
 from mmengine.registry import DefaultScope
 
 from mmwf.models.distillers import AttentionDistiller
+from mmwf.registry import MODELS
 
 ARCH = dict(embed_dims=48, depth=2, num_heads=3, mlp_ratio=2)
-NO_CLS = ('MHLAttention', 'TTTAttention')
 
 
 def backbone(op='SoftmaxAttention', **kwargs):
-    return dict(type='DeiT', arch=ARCH, pretrain_size=64, attn_cfg=dict(type=op), with_cls_token=op not in NO_CLS,
-                out_indices=(1,), **kwargs)
+    return dict(type='DeiT', arch=ARCH, pretrain_size=64, attn_cfg=dict(type=op),
+                with_cls_token=MODELS.get(op).with_cls_token, out_indices=(1,), **kwargs)
 
 
 def segmentor(op):

@@ -3,16 +3,17 @@ import pytest
 import torch
 
 from mmwf.models.backbones import DeiT
+from mmwf.models.layers import OPERATORS
 from mmwf.models.transfer import transfer_softmax_weights
+from mmwf.registry import MODELS
 
 ARCH = dict(embed_dims=48, depth=2, num_heads=3, mlp_ratio=2)
-NO_CLS = ('MHLAttention', 'TTTAttention')
-OPERATORS = ('ELUAttention', 'ReLUAttention', 'InLineAttention', 'MHLAttention', 'TTTAttention')
+LINEAR = [c.__name__ for n, c in OPERATORS.items() if n != 'softmax']
 
 
 def student(op, **kwargs):
-    return DeiT(ARCH, pretrain_size=64, attn_cfg=dict(type=op), with_cls_token=op not in NO_CLS, num_classes=10,
-                **kwargs)
+    return DeiT(ARCH, pretrain_size=64, attn_cfg=dict(type=op), with_cls_token=MODELS.get(op).with_cls_token,
+                num_classes=10, **kwargs)
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def expected(recipe, op, names):
 
 
 @pytest.mark.parametrize('recipe', ['copy', 'mlp_copy', 'full_copy'])
-@pytest.mark.parametrize('op', OPERATORS)
+@pytest.mark.parametrize('op', LINEAR)
 def test_each_recipe_copies_exactly_its_tensors(teacher_file, recipe, op):
     path, source = teacher_file
     model = student(op, init_cfg=dict(type='SoftmaxTransfer', checkpoint=path, recipe=recipe))

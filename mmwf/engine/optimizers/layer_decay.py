@@ -58,6 +58,10 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     - ``num_layers`` (int): blocks of the backbone (WeightFormer 17, DeiT 12). Defaults to the number of
       ``backbone.blocks``; any other value is refused.
     - ``decay_rate`` (float): e.g. 0.7 (ViTDet detection), 0.92 (UperNet segmentation).
+    - ``reference_depth`` (int, optional): the depth ``decay_rate`` was tuned for; the rate per block becomes
+      ``decay_rate ** (reference_depth / num_layers)``, so the stem's lr is the same fraction of the base lr at any
+      depth (Vim's rule: 0.7 for DeiT's 12 blocks is 0.7 ** (12 / 17) = 0.777 for WeightFormer's 17). Defaults to
+      None (the rate per block as given).
     - ``no_decay`` (str): which parameters have no weight decay: ``'norms'`` (every norm layer, ``pos_embed``
       and ``cls_token``), ``'vitdet'`` (detectron2 ViTDet: the backbone's norm layers and ``pos_embed``) or
       ``'beit'`` (BEiT / Vim segmentation: every 1-D parameter and bias). Defaults to ``'norms'``.
@@ -66,7 +70,7 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
 
         optim_wrapper = dict(type='OptimWrapper', constructor='LayerDecayOptimWrapperConstructor',
                              optimizer=dict(type='AdamW', lr=1e-4, weight_decay=0.1),
-                             paramwise_cfg=dict(num_layers=17, decay_rate=0.7, no_decay='vitdet'))
+                             paramwise_cfg=dict(decay_rate=0.7, reference_depth=12, no_decay='vitdet'))
     """
 
     STEM = ('patch_embed', 'init_norm', 'pos_embed', 'cls_token')
@@ -81,7 +85,7 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         match = re.match(r'blocks\.(\d+)\.', name)
         return int(match.group(1)) + 1 if match else num_layers + 1
 
-    KEYS = ('num_layers', 'decay_rate', 'no_decay')
+    KEYS = ('num_layers', 'decay_rate', 'reference_depth', 'no_decay')
 
     def settings(self, module: nn.Module) -> tuple[int, float, str]:
         """(num_layers, decay_rate, no_decay) of ``paramwise_cfg``, checked against the model."""
@@ -106,6 +110,12 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
             raise ValueError(f'paramwise_cfg.num_layers={num_layers} but the backbone '
                              f'({type(task_backbone(module)).__name__}) has {depth} blocks: {worst}. Set '
                              f'num_layers={depth} or leave it out (it is taken from the backbone)')
+        reference = cfg.get('reference_depth')
+        if reference is not None:
+            if not isinstance(reference, int) or reference < 1:
+                raise ValueError(f'paramwise_cfg.reference_depth must be a number of blocks (e.g. 12, DeiT\'s), got '
+                                 f'{reference!r}')
+            decay = decay ** (reference / num_layers)  # the decay over the whole trunk as at reference depth
         return num_layers, decay, cfg.get('no_decay', 'norms')
 
     def add_params(self, params: list[dict], module: nn.Module, **kwargs) -> None:

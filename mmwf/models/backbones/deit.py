@@ -16,12 +16,10 @@ import torch.nn as nn
 from mmengine.logging import print_log
 from timm.layers import DropPath, Mlp
 
-from mmwf.models.layers import partition, resample_grid_tokens, resample_pos_embed, unpartition
+from mmwf.models.layers import OPERATORS, partition, resample_grid_tokens, resample_pos_embed, unpartition
 from mmwf.registry import MODELS
 
 from .base import PlainBackbone
-
-OPERATORS = ('SoftmaxAttention', 'ELUAttention', 'ReLUAttention', 'InLineAttention', 'MHLAttention', 'TTTAttention')
 
 
 class DeiTBlock(nn.Module):
@@ -131,7 +129,7 @@ class DeiT(PlainBackbone):
         attn_cls = MODELS.get(attn_cfg['type'])
         if attn_cls is None:
             raise KeyError(f'unknown attention operator {attn_cfg["type"]!r} (attn_cfg); registered in mmwf: '
-                           f'{", ".join(OPERATORS)}')
+                           f'{", ".join(c.__name__ for c in OPERATORS.values())}')
         self.cls_pool = getattr(attn_cls, 'with_cls_token', True)
         if with_cls_token and not self.cls_pool:
             raise ValueError(f'{attn_cfg["type"]} has no class token: build DeiT with with_cls_token=False')

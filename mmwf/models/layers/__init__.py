@@ -2,6 +2,7 @@ from .attention import (
                         AttentionBase,
                         ELUAttention,
                         InLineAttention,
+                        KernelAttention,
                         MHLAttention,
                         ReLUAttention,
                         SoftmaxAttention,
@@ -36,9 +37,15 @@ from .tokens import (
 )
 from .ttt_attention import TTTAttention
 
+# DeiT's attention operators by short name (the one table: configs use the class names, tools the short names);
+# each class says whether it takes a class token (``with_cls_token``)
+OPERATORS = {'softmax': SoftmaxAttention, 'elu': ELUAttention, 'relu': ReLUAttention, 'inline': InLineAttention,
+             'mhla': MHLAttention, 'ttt': TTTAttention}
+
 __all__ = ['LayerNorm2d', 'DynamicLinear', 'GAPDynamicLinear', 'LinearDynamicLinear', 'NonlinearDynamicLinear',
            'DeepDynamicLinear', 'BilateralDynamicLinear', 'StaticLinear', 'DynamicDWConv', 'GAPDynamicDWConv',
            'AdaptiveDynamicDWConv', 'AmpDirDynamicDWConv', 'ConvDynamicDWConv', 'StaticDWConv', 'AttentionBase',
-           'SoftmaxAttention', 'ELUAttention', 'ReLUAttention', 'InLineAttention', 'MHLAttention', 'TTTAttention',
+           'KernelAttention', 'OPERATORS', 'SoftmaxAttention', 'ELUAttention', 'ReLUAttention', 'InLineAttention',
+           'MHLAttention', 'TTTAttention',
            'PatchEmbed', 'tokens_to_map', 'map_to_tokens', 'pool_tokens', 'partition', 'unpartition',
            'resample_grid_tokens', 'resample_pos_embed']

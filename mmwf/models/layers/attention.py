@@ -101,29 +101,45 @@ class SoftmaxAttention(AttentionBase):
         return F.scaled_dot_product_attention(q, k, v)
 
 
-@MODELS.register_module()
-class ELUAttention(AttentionBase):
-    """Katharopoulos et al. (2020): phi(x) = ELU(x) + 1 on raw q, k (no temperature), eps = 1e-6."""
+class KernelAttention(AttentionBase):
+    """Kernel (linear) attention: o_i = phi(q_i)^T sum_j phi(k_j) v_j^T / (phi(q_i)^T sum_j phi(k_j) + eps)
+    (:func:`kernel_attention`); a subclass defines the feature map :meth:`phi`.
+
+    Args:
+        dim (int): channels C.
+        num_heads (int): heads.
+        eps (float): added to the normaliser. Defaults to 1e-6.
+    """
 
     def __init__(self, dim: int, num_heads: int, eps: float = 1e-6, **kwargs) -> None:
         super().__init__(dim, num_heads, **kwargs)
         self.eps = eps
 
+    @staticmethod
+    def phi(x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
     def mix(self, q, k, v, hw):
-        return kernel_attention(F.elu(q) + 1, F.elu(k) + 1, v, self.eps)
+        return kernel_attention(self.phi(q), self.phi(k), v, self.eps)
 
 
 @MODELS.register_module()
-class ReLUAttention(AttentionBase):
+class ELUAttention(KernelAttention):
+    """Katharopoulos et al. (2020): phi(x) = ELU(x) + 1 on raw q, k (no temperature), eps = 1e-6."""
+
+    @staticmethod
+    def phi(x: torch.Tensor) -> torch.Tensor:
+        return F.elu(x) + 1
+
+
+@MODELS.register_module()
+class ReLUAttention(KernelAttention):
     """ReLU linear attention: phi = ReLU (scale-invariant, so no temperature), eps = 1e-6. A token whose
     phi(q) is zero gets a zero output."""
 
-    def __init__(self, dim: int, num_heads: int, eps: float = 1e-6, **kwargs) -> None:
-        super().__init__(dim, num_heads, **kwargs)
-        self.eps = eps
-
-    def mix(self, q, k, v, hw):
-        return kernel_attention(F.relu(q), F.relu(k), v, self.eps)
+    @staticmethod
+    def phi(x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x)
 
 
 @MODELS.register_module()
