@@ -1,6 +1,4 @@
-# DeiT-B with SoftmaxAttention on ImageNet-1K from scratch, classifying by the class token: the recipe of
-# imagenet_swin_300e.py with DeiT's drop path 0.1.
-_base_ = './_base_/imagenet_swin_300e.py'
+# DeiT-B (softmax attention) on ImageNet-1K from scratch: deit_t_softmax_in1k.py at another size.
+_base_ = './deit_t_softmax_in1k.py'
 
-model = dict(backbone=dict(
-    type='DeiT', arch='b', attn_cfg=dict(type='SoftmaxAttention'), with_cls_token=True, drop_path_rate=0.1))
+model = dict(backbone=dict(arch='b'))

@@ -1,7 +1,4 @@
-# DeiT-B with ReLU linear attention in every block, Random init (no transfer), classifying by the class token:
-# ImageNet-1K in the recipe of configs/imagenet/_base_/imagenet_swin_300e.py with DeiT's drop path 0.1 (the transfer study's
-# own recipe table is not in its text).
-_base_ = '../imagenet/_base_/imagenet_swin_300e.py'
-
-model = dict(backbone=dict(type='DeiT', arch='b', attn_cfg=dict(type='ReLUAttention'), with_cls_token=True,
-                            drop_path_rate=0.1, init_cfg=None))
+# The transfer study's Random row for DeiT-B with ReLU attention: the ImageNet-1K experiment of
+# configs/imagenet/deit_b_relu_in1k.py (no transfer), with the study's softmax DeiT-B (its checkpoint, the
+# distillation teacher) for the rows that inherit this one.
+_base_ = ['../imagenet/deit_b_relu_in1k.py', '../_base_/deit_b_softmax_teacher.py']

@@ -1,5 +1,5 @@
 # cls_deit_b_ttt_copy_in1k.py plus attention-output distillation from the frozen softmax DeiT-B (lambda = 50).
-_base_ = ['./cls_deit_b_ttt_copy_in1k.py', '../_base_/deit_b_softmax_teacher.py']
+_base_ = './cls_deit_b_ttt_copy_in1k.py'
 
 model = dict(_delete_=True, type='AttentionDistiller', student=_base_.model, teacher=_base_.distill_teacher,
              loss_weight=50.0)

@@ -2,4 +2,4 @@
 # ImageNet weights, on ViT-Adapter's plain-ViT baseline.
 _base_ = ['../_base_/mask_rcnn_vit_baseline_coco_1x.py', '../_base_/deit_b_softmax_teacher.py']
 
-model = dict(backbone=dict(init_cfg=_base_.distill_teacher.init_cfg))
+model = dict(backbone=dict(init_cfg=dict(type='Pretrained', checkpoint=_base_.deit_b_checkpoint)))

@@ -28,8 +28,7 @@ def classifier_config(name: str) -> dict:
         return dict(type='WeightFormer', arch=arch, num_classes=1000,
                     **({'dynamic_blocks': []} if family == 'static' else {}))
     attn = OPERATORS[op[0] if op else 'softmax']
-    return dict(type='DeiT', arch=arch, num_classes=1000, attn_cfg=dict(type=attn.__name__),
-                with_cls_token=attn.with_cls_token)
+    return dict(type='DeiT', arch=arch, num_classes=1000, attn_cfg=dict(type=attn.__name__))
 
 
 class Classifier(nn.Module):

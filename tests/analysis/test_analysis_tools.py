@@ -105,7 +105,7 @@ def test_get_flops_classifiers_table3_and_linear_operators():
 def test_classifier_names():
     from mmwf.analysis.inputs import classifier_config
     assert classifier_config('deit-b-ttt') == dict(type='DeiT', arch='b', num_classes=1000,
-                                                   attn_cfg=dict(type='TTTAttention'), with_cls_token=False)
+                                                   attn_cfg=dict(type='TTTAttention'))
     assert classifier_config('static-t')['dynamic_blocks'] == []
     for bad in ('wf', 'wf-x', 'wf-t-relu', 'deit-t-softmax', 'deit-t-relu-2'):
         with pytest.raises(ValueError, match='not a classifier name'):

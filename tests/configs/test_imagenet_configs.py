@@ -161,5 +161,5 @@ def test_transfer_configs_match_their_names():
         assert student.type == 'ImageClassifier' and cfg.train_cfg.max_epochs == 300
         assert student.backbone.attn_cfg.type == {'relu': 'ReLUAttention', 'ttt': 'TTTAttention'}[op]
         recipe = {'random': None, 'copy': 'copy', 'mlpcopy': 'mlp_copy', 'fullcopy': 'full_copy'}[init]
-        assert (student.backbone.init_cfg or {}).get('recipe') == recipe
+        assert (student.backbone.get('init_cfg') or {}).get('recipe') == recipe
         assert (cfg.model.type == 'AttentionDistiller') == name.endswith('_distill_in1k')

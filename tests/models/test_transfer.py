@@ -98,7 +98,8 @@ def test_wrong_checkpoints_are_clear_errors(tmp_path):
 
 def test_operators_without_class_token_refuse_one():
     with pytest.raises(ValueError, match='with_cls_token=False'):
-        DeiT(ARCH, attn_cfg=dict(type='TTTAttention'))
+        DeiT(ARCH, attn_cfg=dict(type='TTTAttention'), with_cls_token=True)
+    assert not DeiT(ARCH, attn_cfg=dict(type='TTTAttention')).with_cls_token  # by default, the operator's
     model = student('TTTAttention')
     assert model.forward_classifier(torch.randn(2, 3, 64, 80)).shape == (2, 10)
     assert [f.shape for f in model(torch.randn(2, 3, 64, 80))] == [(2, 48, 4, 5)]

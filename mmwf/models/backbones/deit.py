@@ -73,8 +73,9 @@ class DeiT(PlainBackbone):
             Defaults to 't'.
         patch_size (int): stem conv kernel and stride. Defaults to 16.
         pretrain_size (int): image size the position embedding was trained at. Defaults to 224 (a 14 x 14 grid).
-        with_cls_token (bool): keep the class token through the blocks (timm DeiT); must be False with windows
-            and with operators that take none (MHLA, TTT). Defaults to True.
+        with_cls_token (bool, optional): keep the class token through the blocks (timm DeiT); must be False with
+            windows and with operators that take none. Defaults to None: the operator's ``with_cls_token`` (True for
+            softmax and the kernel attentions, False for MHLA and TTT), and False with window attention.
         window_size (int): window attention size, 0 for global attention everywhere. Defaults to 0.
         window_block_indexes (Sequence[int]): blocks that use window attention (ViTDet: all but 2, 5, 8, 11).
             Defaults to ().
@@ -111,7 +112,7 @@ class DeiT(PlainBackbone):
                  arch: str | dict = 't',
                  patch_size: int = 16,
                  pretrain_size: int = 224,
-                 with_cls_token: bool = True,
+                 with_cls_token: bool | None = None,
                  window_size: int = 0,
                  window_block_indexes: Sequence[int] = (),
                  attn_cfg: dict = dict(type='SoftmaxAttention'),
@@ -124,19 +125,22 @@ class DeiT(PlainBackbone):
                  out_type: str = 'featmap',
                  init_cfg: dict | list | None = None) -> None:
         super().__init__(arch, 3, patch_size, out_indices, final_norm, with_cp, out_type, init_cfg)
-        if window_size and window_block_indexes and with_cls_token:
+        windowed = bool(window_size and window_block_indexes)
+        if windowed and with_cls_token:
             raise ValueError('window attention has no class token: set with_cls_token=False')
         attn_cls = MODELS.get(attn_cfg['type'])
         if attn_cls is None:
             raise KeyError(f'unknown attention operator {attn_cfg["type"]!r} (attn_cfg); registered in mmwf: '
                            f'{", ".join(c.__name__ for c in OPERATORS.values())}')
-        self.cls_pool = getattr(attn_cls, 'with_cls_token', True)
-        if with_cls_token and not self.cls_pool:
+        self.classify_by_cls_token = getattr(attn_cls, 'with_cls_token', True)  # the operator takes one
+        if with_cls_token and not self.classify_by_cls_token:
             raise ValueError(f'{attn_cfg["type"]} has no class token: build DeiT with with_cls_token=False')
+        if with_cls_token is None:
+            with_cls_token = self.classify_by_cls_token and not windowed
         self.with_cls_token = with_cls_token
         self.pretrain_grid = pretrain_size // patch_size
         C = self.embed_dims
-        if with_cls_token or (num_classes and self.cls_pool):
+        if with_cls_token or (num_classes and self.classify_by_cls_token):
             self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
         self.pos_embed = nn.Parameter(torch.zeros(1, 1 + self.pretrain_grid ** 2, C))
         dpr = torch.linspace(0, drop_path_rate, self.depth).tolist()
@@ -168,7 +172,7 @@ class DeiT(PlainBackbone):
         take one (``with_cls_token``, or classifying with an operator that has one)."""
         hw = self.grid(x)
         x = self.patch_embed(x).flatten(2).transpose(1, 2) + self.patch_pos_embed(hw)
-        if not (self.cls_pool if classify else self.with_cls_token):
+        if not (self.classify_by_cls_token if classify else self.with_cls_token):
             return x, hw, 0
         cls = self.cls_token + self.pos_embed[:, :1]
         return torch.cat([cls.expand(x.shape[0], -1, -1), x], dim=1), hw, 1

@@ -50,7 +50,8 @@ def test_window_partition_round_trip():
 
 def test_windows_with_class_token_is_rejected():
     with pytest.raises(ValueError, match='with_cls_token=False'):
-        DeiT('t', window_size=14, window_block_indexes=(0,))
+        DeiT('t', window_size=14, window_block_indexes=(0,), with_cls_token=True)
+    assert not DeiT('t', window_size=14, window_block_indexes=(0,)).with_cls_token  # by default none with windows
 
 
 @pytest.mark.parametrize('grid', [7, 24], ids=['smaller grid', 'larger grid'])
