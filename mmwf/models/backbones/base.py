@@ -125,6 +125,41 @@ class PlainBackbone(BaseModule):
         self.out_indices = resolve_out_indices(out_indices, self.depth, name)
         self.patch_embed = PatchEmbed(in_channels, self.embed_dims, patch_size)
 
+    def init_linears(self) -> None:
+        """timm's and the release's init of every nn.Linear: weights trunc_normal(std 0.02), biases zero."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    def stem(self) -> list[nn.Module | nn.Parameter]:
+        """What ``frozen_stages >= 0`` freezes before the blocks: the patch embedding (a family adds its stem
+        extras)."""
+        return [self.patch_embed]
+
+    def freeze_stages(self, frozen_stages: int) -> None:
+        """Freeze (no gradients, eval mode) the stem for ``frozen_stages`` >= 0, and blocks 0..frozen_stages-1
+        (and ``norm`` when all of them are); -1 freezes nothing. Applied again by :meth:`train`."""
+        self.frozen_stages = frozen_stages
+        if frozen_stages < 0:
+            return
+        frozen = [*self.stem(), *self.blocks[:frozen_stages]]
+        if frozen_stages >= self.depth:
+            frozen.append(self.norm)
+        for part in frozen:
+            if isinstance(part, nn.Parameter):
+                part.requires_grad = False
+                continue
+            part.eval()
+            for p in part.parameters():
+                p.requires_grad = False
+
+    def train(self, mode: bool = True) -> PlainBackbone:
+        super().train(mode)
+        self.freeze_stages(getattr(self, 'frozen_stages', -1))
+        return self
+
     def init_weights(self) -> None:
         """mmengine's ``init_weights`` with ``Pretrained`` (and ``SoftmaxTransfer``) entries applied last and
         strictly (:func:`mmwf.utils.checkpoint.init_weights_pretrained_last`)."""

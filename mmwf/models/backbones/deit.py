@@ -71,6 +71,7 @@ class DeiT(PlainBackbone):
     Args:
         arch (str | dict): 't', 's', 'b' or a dict with ``embed_dims``, ``depth``, ``num_heads``, ``mlp_ratio``.
             Defaults to 't'.
+        in_channels (int): image channels. Defaults to 3.
         patch_size (int): stem conv kernel and stride. Defaults to 16.
         pretrain_size (int): image size the position embedding was trained at. Defaults to 224 (a 14 x 14 grid).
         with_cls_token (bool, optional): keep the class token through the blocks (timm DeiT); must be False with
@@ -87,6 +88,8 @@ class DeiT(PlainBackbone):
         drop_path_rate (float): stochastic depth, rising linearly. Defaults to 0.
         layer_scale (bool): per-channel branch scales ``gamma1`` / ``gamma2`` in every block (ViT-Adapter's plain
             ViT); a checkpoint without them loads with them at 1. Defaults to False.
+        frozen_stages (int): -1 freezes nothing; 0 the stem (patch embedding, position table, class token); i > 0
+            the stem and blocks 0..i-1 (and ``norm`` when i == depth). Defaults to -1.
         with_cp (bool): activation checkpointing while training. Defaults to False.
         num_classes (int): > 0 adds the head for :meth:`forward_classifier` (class token, or the mean patch token
             for operators without one). Defaults to 0.
@@ -110,6 +113,7 @@ class DeiT(PlainBackbone):
 
     def __init__(self,
                  arch: str | dict = 't',
+                 in_channels: int = 3,
                  patch_size: int = 16,
                  pretrain_size: int = 224,
                  with_cls_token: bool | None = None,
@@ -120,11 +124,12 @@ class DeiT(PlainBackbone):
                  final_norm: bool = True,
                  drop_path_rate: float = 0.0,
                  layer_scale: bool = False,
+                 frozen_stages: int = -1,
                  with_cp: bool = False,
                  num_classes: int = 0,
                  out_type: str = 'featmap',
                  init_cfg: dict | list | None = None) -> None:
-        super().__init__(arch, 3, patch_size, out_indices, final_norm, with_cp, out_type, init_cfg)
+        super().__init__(arch, in_channels, patch_size, out_indices, final_norm, with_cp, out_type, init_cfg)
         windowed = bool(window_size and window_block_indexes)
         if windowed and with_cls_token:
             raise ValueError('window attention has no class token: set with_cls_token=False')
@@ -149,16 +154,16 @@ class DeiT(PlainBackbone):
                       window_size if i in window_block_indexes else 0, dpr[i], layer_scale) for i in range(self.depth))
         self.init_head(num_classes)
         self._init_timm()
+        self.freeze_stages(frozen_stages)
 
     def _init_timm(self) -> None:
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         if hasattr(self, 'cls_token'):
             nn.init.normal_(self.cls_token, std=1e-6)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
+        self.init_linears()
+
+    def stem(self) -> list[nn.Module | nn.Parameter]:
+        return [self.patch_embed, self.pos_embed, *([self.cls_token] if hasattr(self, 'cls_token') else [])]
 
     def patch_pos_embed(self, hw: tuple[int, int]) -> torch.Tensor:
         """Position embedding of the patch tokens, (1, H*W, C), resampled from the pretraining grid."""

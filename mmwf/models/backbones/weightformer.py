@@ -147,7 +147,6 @@ class WeightFormer(PlainBackbone):
             raise ValueError(f"dynamic_mlp must be 'first', 'second', 'both' or 'none', got {dynamic_mlp!r}")
         if linear2_context not in ('input', 'hidden'):
             raise ValueError(f"linear2_context must be 'input' or 'hidden', got {linear2_context!r}")
-        self.frozen_stages = frozen_stages
         self.init_norm = nn.LayerNorm(self.embed_dims, eps=1e-6)
         static_linear, static_dwc = dict(type=StaticLinear), dict(type=StaticDWConv)
         dpr = torch.linspace(0, drop_path_rate, self.depth).tolist()
@@ -164,12 +163,16 @@ class WeightFormer(PlainBackbone):
         self.blocks = nn.ModuleList(blocks)
         self.init_head(num_classes)
         self._init_released()
-        self._freeze_stages()
+        self.freeze_stages(frozen_stages)
 
     @staticmethod
     def _dynamic_ids(spec: dict | Sequence[int], depth: int) -> set[int]:
         if isinstance(spec, dict):
-            return {i for i in range(depth) if i % spec['every'] == spec.get('offset', 0)}
+            every = spec.get('every')
+            if set(spec) - {'every', 'offset'} or not isinstance(every, int) or every < 1:
+                raise ValueError(f'dynamic_blocks={dict(spec)}: give dict(every=k, offset=o) with k >= 1 (block i is '
+                                 'dynamic when i % k == o; the release: every=3, offset=1) or a list of block indices')
+            return {i for i in range(depth) if i % every == spec.get('offset', 0)}
         ids = {i % depth for i in spec}
         if any(not -depth <= i < depth for i in spec):
             raise ValueError(f'dynamic_blocks {list(spec)} out of range for depth {depth}')
@@ -178,30 +181,14 @@ class WeightFormer(PlainBackbone):
     def _init_released(self) -> None:
         """The release's init: Linear trunc_normal(0.02) with zero bias, LayerNorm (1, 0), convs and the
         dynamic layers' raw parameters as their modules set them."""
+        self.init_linears()
         for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
+            if isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
 
-    def _freeze_stages(self) -> None:
-        if self.frozen_stages < 0:
-            return
-        frozen = [self.patch_embed, self.init_norm, *self.blocks[:self.frozen_stages]]
-        if self.frozen_stages >= self.depth:
-            frozen.append(self.norm)
-        for module in frozen:
-            module.eval()
-            for p in module.parameters():
-                p.requires_grad = False
-
-    def train(self, mode: bool = True) -> WeightFormer:
-        super().train(mode)
-        self._freeze_stages()
-        return self
+    def stem(self) -> list[nn.Module | nn.Parameter]:
+        return [self.patch_embed, self.init_norm]
 
     def embed(self, x: torch.Tensor, classify: bool) -> tuple[torch.Tensor, tuple[int, int], int]:
         """Images -> normalised patch tokens (B, H*W, C) (stem: patch conv, ``init_norm``), no prefix token."""

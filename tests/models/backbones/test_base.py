@@ -82,3 +82,22 @@ def test_backbones_and_neck_compile():
         for a, b in zip(*outs, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(grads[0], grads[1], rtol=1e-3, atol=1e-6)
+
+
+@pytest.mark.parametrize('build,stem', [
+    (lambda f: WeightFormer(TINY_WF, frozen_stages=f), ('patch_embed', 'init_norm')),
+    (lambda f: DeiT(TINY_DEIT, frozen_stages=f, in_channels=1), ('patch_embed', 'pos_embed', 'cls_token'))],
+    ids=['weightformer', 'deit'])
+@pytest.mark.parametrize('frozen', [-1, 0, 2])
+def test_frozen_stages_freeze_the_stem_and_the_first_blocks_and_stay_frozen_in_train_mode(build, stem, frozen):
+    model = build(frozen).train()
+    frozen_names = {n for n, p in model.named_parameters() if not p.requires_grad}
+    expected = set()
+    if frozen >= 0:
+        prefixes = (*stem, *(f'blocks.{i}.' for i in range(frozen)))
+        expected = {n for n, _ in model.named_parameters() if n.startswith(prefixes)}
+        assert expected
+    assert frozen_names == expected
+    blocks_in_eval = [i for i, b in enumerate(model.blocks) if not b.training]
+    assert blocks_in_eval == list(range(max(frozen, 0)))
+    assert model.patch_embed.training == (frozen < 0)
