@@ -79,7 +79,8 @@ def unit_clip(dw: torch.Tensor) -> torch.Tensor:
 
 
 class DynamicDWConv(nn.Module):
-    """Base class: per-sample depthwise conv with kernel w + dW(X). Subclasses implement :meth:`delta`.
+    """Base class: per-sample depthwise conv with kernel w + dW(X). Subclasses implement :meth:`delta`, the
+    equation's dW; the kernel adds its normalised form (:meth:`effective_delta`), as the dynamic linears do.
 
     Args:
         dim (int): channels C.
@@ -93,16 +94,20 @@ class DynamicDWConv(nn.Module):
         self.b = nn.Parameter(trunc_normal_(torch.empty(dim), std=0.02))
 
     def delta(self, x: torch.Tensor) -> torch.Tensor:
-        """Predict dW (B, C, K, K) from the map x (B, C, H, W)."""
+        """Predict the equation's dW (B, C, K, K) from the map x (B, C, H, W)."""
         raise NotImplementedError
+
+    def normalise(self, dw: torch.Tensor) -> torch.Tensor:
+        """dW -> the update added to ``w``: the release's :func:`unit_clip`."""
+        return unit_clip(dw)
 
     def effective_delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         """The update added to ``w`` for tokens x (B, H*W, C): (B, C, K, K)."""
-        return self.delta(tokens_to_map(x, hw))
+        return self.normalise(self.delta(tokens_to_map(x, hw)))
 
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         x = tokens_to_map(x, hw)
-        weight = self.w.squeeze(1) + self.delta(x)  # (B, C, K, K)
+        weight = self.w.squeeze(1) + self.normalise(self.delta(x))  # (B, C, K, K)
         return map_to_tokens(per_sample_depthwise_conv(x, weight, self.b))
 
     def extra_repr(self) -> str:
@@ -119,20 +124,20 @@ class GAPDynamicDWConv(DynamicDWConv):
 
     def delta(self, x: torch.Tensor) -> torch.Tensor:
         k = self.kernel_size
-        return unit_clip(self.wfm(x.mean((2, 3))).view(-1, self.dim, k, k))
+        return self.wfm(x.mean((2, 3))).view(-1, self.dim, k, k)
 
 
 @MODELS.register_module()
 class AdaptiveDynamicDWConv(DynamicDWConv):
     """Eq. 11, Spatially Adaptive (released): dW = MLP(AAP(X, (K, K))), MLP = 1x1 conv (bias) -> GELU ->
-    1x1 conv (no bias) as ``wfm.0`` / ``wfm.2``, then the release's normalisation."""
+    1x1 conv (no bias) as ``wfm.0`` / ``wfm.2``."""
 
     def __init__(self, dim: int, kernel_size: int = 3) -> None:
         super().__init__(dim, kernel_size)
         self.wfm = nn.Sequential(nn.Conv2d(dim, dim, 1), nn.GELU(), nn.Conv2d(dim, dim, 1, bias=False))
 
     def delta(self, x: torch.Tensor) -> torch.Tensor:
-        return unit_clip(self.wfm(adaptive_avg_pool(x, self.kernel_size)))
+        return self.wfm(adaptive_avg_pool(x, self.kernel_size))
 
 
 @MODELS.register_module()
@@ -150,6 +155,10 @@ class AmpDirDynamicDWConv(AdaptiveDynamicDWConv):
         norm = direction.flatten(2).norm(dim=-1)[..., None, None] + self.eps
         return torch.sigmoid(self.amp(x.mean((2, 3))))[..., None, None] * direction / norm
 
+    def normalise(self, dw: torch.Tensor) -> torch.Tensor:
+        """Eq. 12's dW is bounded by construction (amplitude in (0, 1) times a unit direction): added as it is."""
+        return dw
+
 
 @MODELS.register_module()
 class ConvDynamicDWConv(DynamicDWConv):
@@ -161,7 +170,7 @@ class ConvDynamicDWConv(DynamicDWConv):
                                  nn.Conv2d(dim // ratio, dim, 3, padding=1))
 
     def delta(self, x: torch.Tensor) -> torch.Tensor:
-        return unit_clip(adaptive_avg_pool(self.wfm(x), self.kernel_size))
+        return adaptive_avg_pool(self.wfm(x), self.kernel_size)
 
 
 @MODELS.register_module()
