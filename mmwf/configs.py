@@ -48,8 +48,8 @@ def config_file(name: str) -> Path:
 
 def metafile_models() -> dict[str, dict]:
     """Every model of the metafiles ``model-index.yml`` imports, by config name: the one home of each config's
-    counts and of the paper's figures (``Metadata``: ``Parameters (M)``, ``GFLOPs``, ``Paper Parameters (M)``,
-    ``Paper GFLOPs``; ``Results`` with their ``Results Source``)."""
+    counts and of the paper's figures (``Metadata``: ``Input``, ``Parameters (M)``, ``GFLOPs``, ``Paper Parameters
+    (M)``, ``Paper GFLOPs``, ...; ``Results`` with their ``Results Source``)."""
     import yaml
     models = {}
     for metafile in yaml.safe_load(MODEL_INDEX.read_text())['Import']:
@@ -60,12 +60,12 @@ def metafile_models() -> dict[str, dict]:
     return models
 
 
-def paper_counts(name: str) -> tuple[float, float] | None:
-    """The paper's (params M, GFLOPs) for config ``name``, as the paper prints them, or None."""
+def paper_counts(name: str) -> dict[str, float]:
+    """The paper's figures for config ``name`` as the paper prints them, by the metafile key they sit beside
+    (``'Parameters (M)'``, ``'GFLOPs'``, ``'GFLOPs (backbone+neck)'``, ``'GFLOPs (no mask head)'``); empty if none.
+    They hold at the metafile's ``Input``."""
     meta = metafile_models().get(name, {}).get('Metadata', {})
-    if 'Paper Parameters (M)' not in meta:
-        return None
-    return meta['Paper Parameters (M)'], meta['Paper GFLOPs']
+    return {k.removeprefix('Paper '): v for k, v in meta.items() if k.startswith('Paper ') and k != 'Paper Differences'}
 
 
 def export_config(name: str, dest: str | Path) -> Path:

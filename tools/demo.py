@@ -65,15 +65,18 @@ def main() -> None:
     args = parser.parse_args()
 
     from mmwf.datasets import generate
+    from mmwf.models import write_softmax_stand_in
     from mmwf.utils import check_stack
     check_stack(require_mmcv_ops=True)
 
+    softmax = osp.join(args.data_root, 'checkpoints', 'deit_t_softmax.pth')
     expected = [osp.join(args.data_root, 'coco', 'annotations', 'instances_train.json'),
-                osp.join(args.data_root, 'checkpoints', 'deit_t_softmax.pth'),
                 osp.join(args.data_root, 'cls', 'val', 'triangle')]
     if not all(osp.exists(f) for f in expected):
         print(f'generating demo data in {args.data_root}', flush=True)
         generate(args.data_root, train=args.num_images[0], val=args.num_images[1])
+    if not osp.exists(softmax):
+        write_softmax_stand_in(softmax)
     os.makedirs(args.work_dir, exist_ok=True)
     summary = []
     for task in args.tasks:
@@ -83,7 +86,6 @@ def main() -> None:
         options = [f'train_dataloader.dataset.data_root={root}', f'val_dataloader.dataset.data_root={root}',
                    f'test_dataloader.dataset.data_root={root}']
         if task.startswith('distill'):
-            softmax = osp.join(args.data_root, 'checkpoints', 'deit_t_softmax.pth')
             options += [f'model.student.backbone.init_cfg.checkpoint={softmax}',
                         f'model.teacher.init_cfg.checkpoint={softmax}']
         if task.endswith('det'):

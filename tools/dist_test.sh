@@ -3,7 +3,7 @@
 #   bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [extra args]
 # Several nodes: NNODES, NODE_RANK, MASTER_ADDR and PORT, e.g. on node 0 of 2:
 #   NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 bash tools/dist_test.sh ...
-# CPU (gloo): add --cfg-options env_cfg.dist_cfg.backend=gloo
+# Without CUDA the processes join a gloo group by themselves (no option needed).
 set -euo pipefail
 CONFIG=$1
 CHECKPOINT=$2

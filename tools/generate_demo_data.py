@@ -4,8 +4,10 @@ layout under OUT/ade, and the stand-in softmax DeiT-T checkpoint under OUT/check
     python tools/generate_demo_data.py [--out data/demo] [--size 128] [--train 160] [--val 40] [--seed 0]
 """
 import argparse
+import os.path as osp
 
 from mmwf.datasets import generate
+from mmwf.models import write_softmax_stand_in
 
 
 def main() -> None:
@@ -17,7 +19,8 @@ def main() -> None:
     parser.add_argument('--seed', type=int, default=0)
     args = parser.parse_args()
     generate(args.out, args.size, args.train, args.val, args.seed)
-    print(f'demo data written to {args.out}/coco and {args.out}/ade')
+    write_softmax_stand_in(osp.join(args.out, 'checkpoints', 'deit_t_softmax.pth'), args.seed)
+    print(f'demo data written to {args.out}/coco, {args.out}/ade, {args.out}/cls and {args.out}/checkpoints')
 
 
 if __name__ == '__main__':

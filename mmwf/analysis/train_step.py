@@ -14,9 +14,9 @@ PARTS = ('classifier', 'backbone+pyramid')
 
 def train_step(name: str, part: str, batch: int, size: int, device: str,
                amp: bool) -> tuple[Callable[[], None], nn.Module]:
-    """One training step of model ``name`` (a name of :func:`mmwf.analysis.inputs.classifier_config`) as ``part``:
+    """One training step of model ``name`` (a name of :func:`mmwf.analysis.models.classifier_config`) as ``part``:
     forward, loss, backward, AdamW step, on a fixed random batch (batch, 3, size, size); and the model it trains."""
-    from mmwf.analysis.inputs import backbone_config, classifier_config
+    from mmwf.analysis.models import backbone_config, classifier_config
     from mmwf.models.necks import SimpleFeaturePyramid
     from mmwf.registry import MODELS
     if part not in PARTS:

@@ -8,6 +8,6 @@ __all__ = ['CheckAnnotations', 'annotation_file_error', 'check_classes', 'head_c
            'insert_annotation_checks']
 
 if find_spec('cv2') is not None:
-    from .synthetic import generate, make_image, write_ade, write_classification, write_coco, write_softmax_deit
+    from .synthetic import generate, make_image, write_ade, write_classification, write_coco
 
-    __all__ += ['generate', 'make_image', 'write_coco', 'write_ade', 'write_classification', 'write_softmax_deit']
+    __all__ += ['generate', 'make_image', 'write_coco', 'write_ade', 'write_classification']

@@ -6,10 +6,8 @@
   labels 1 = background, 2 = circle, 3 = square, 4 = triangle (0 is reserved, as ADE20K's "other", and ignored
   with ``reduce_zero_label``).
 - ImageNet-style folders: ``cls/{train,val}/{circle,square,triangle}/*.jpg``, one shape per image.
-- ``checkpoints/deit_t_softmax.pth``: a seeded, randomly initialised softmax DeiT-T in timm's layout, the stand-in
-  for the ImageNet checkpoint in the linear-attention transfer / distillation demos.
-
-The command line is ``tools/generate_demo_data.py``.
+The command line is ``tools/generate_demo_data.py`` (it also writes the demos' stand-in softmax DeiT-T,
+:func:`mmwf.models.transfer.write_softmax_stand_in`).
 """
 from __future__ import annotations
 
@@ -107,17 +105,6 @@ def write_ade(root: str, split: str, count: int, size: int | tuple[int, int], rn
         cv2.imwrite(osp.join(root, 'annotations', split, f'{i:05d}.png'), labels)
 
 
-def write_softmax_deit(path: str, seed: int) -> None:
-    """A random softmax DeiT-T (timm keys, class token, final norm), seeded."""
-    import torch
-
-    from mmwf.models.backbones import DeiT
-    from mmwf.utils.checkpoint import atomic_save
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        atomic_save(DeiT('t').state_dict(), path)
-
-
 def write_classification(root: str, split: str, count: int, size: int | tuple[int, int],
                          rng: np.random.Generator) -> None:
     """An ImageNet-style folder: ``root/split/<class>/*.jpg``, one shape per image, classes in turn."""
@@ -129,9 +116,8 @@ def write_classification(root: str, split: str, count: int, size: int | tuple[in
 
 
 def generate(out: str = 'data/demo', size: int = 128, train: int = 160, val: int = 40, seed: int = 0) -> None:
-    """Write the demo datasets (COCO, ADE20K layout, an ImageNet-style folder with twice ``train`` images) and the
-    stand-in softmax checkpoint under ``out`` (deterministic for a seed)."""
-    write_softmax_deit(osp.join(out, 'checkpoints', 'deit_t_softmax.pth'), seed)
+    """Write the demo datasets (COCO, ADE20K layout, an ImageNet-style folder with twice ``train`` images) under
+    ``out`` (deterministic for a seed)."""
     rng = np.random.default_rng(seed)
     write_coco(osp.join(out, 'coco'), 'train', train, size, rng)
     write_coco(osp.join(out, 'coco'), 'val', val, size, rng)

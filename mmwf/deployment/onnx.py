@@ -31,6 +31,7 @@ class ExportWrapper(nn.Module):
         if kind not in self.KINDS:
             raise ValueError(f'kind must be one of {self.KINDS}, got {kind!r}')
         self.model, self.kind = model, kind
+        self.training = model.training  # the wrapper's mode is the model's (no recursion: the model keeps its own)
 
     def forward(self, x: torch.Tensor):
         if self.kind == 'backbone+neck':
@@ -44,7 +45,7 @@ def exportable_model(config: str, checkpoint: str | None = None) -> tuple[Export
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
 
-    from mmwf.analysis.inputs import build_task_model, task_model_config
+    from mmwf.analysis.task_models import build_task_model, task_model_config
     from mmwf.utils import adapt_to_device
     cfg, model_cfg = task_model_config(config)
     adapt_to_device(cfg)
@@ -80,7 +81,11 @@ def dynamic_shapes(facts: dict, max_size: int = 4096, max_batch: int = 1024) -> 
 
 def export_onnx(module: nn.Module, shape: tuple[int, int], out: str, facts: dict, dynamic: bool = False,
                 opset: int = OPSET) -> str:
-    """Export ``module`` at input (1, 3, H, W) (batch 2 when dynamic) with the dynamo exporter to ``out``."""
+    """Export ``module`` (in eval mode) at input (1, 3, H, W) (batch 2 when dynamic) with the dynamo exporter to
+    ``out``."""
+    if module.training:
+        raise ValueError(f'{type(module).__name__} is in training mode: call .eval() before exporting (dropout, drop '
+                         'path and batch statistics are training-only)')
     x = torch.randn(2 if dynamic else 1, 3, *shape)
     with torch.no_grad():
         program = torch.onnx.export(module, (x,), dynamo=True, opset_version=opset, verbose=False,

@@ -91,19 +91,8 @@ def test_benchmark_tool_with_memory_and_plot(tmp_path):
     assert (tmp_path / 'bench.png').read_bytes()[:4] == b'\x89PNG'
 
 
-def test_get_flops_classifiers_table3_and_linear_operators():
-    out = run('tools/analysis/get_flops.py', 'wf-t', 'deit-t', '--paper')
-    rows = {r.split('|')[1].strip(): [c.strip() for c in r.split('|')[1:-1]] for r in out.splitlines()
-            if r.startswith('| wf-t') or r.startswith('| deit-t')}
-    assert rows['wf-t'][3:5] == ['7.07', '1.13'] and rows['wf-t'][5].startswith('1.1 (+2.7%)')
-    assert rows['deit-t'][3] == '5.72'
-    out = run('tools/analysis/get_flops.py', 'deit-t', 'deit-t-relu', 'deit-t-ttt', '--shape', '512', '512')
-    flops = {r.split('|')[1].strip(): float(r.split('|')[5]) for r in out.splitlines() if r.startswith('| deit')}
-    assert flops['deit-t-relu'] < flops['deit-t'] and flops['deit-t-ttt'] < flops['deit-t']
-
-
 def test_classifier_names():
-    from mmwf.analysis.inputs import classifier_config
+    from mmwf.analysis import classifier_config
     assert classifier_config('deit-b-ttt') == dict(type='DeiT', arch='b', num_classes=1000,
                                                    attn_cfg=dict(type='TTTAttention'))
     assert classifier_config('static-t')['dynamic_blocks'] == []
@@ -114,10 +103,11 @@ def test_classifier_names():
 
 @pytest.mark.slow
 def test_workload_benchmark_compares_config_pairs():
-    """benchmark.py --configs: a training step of the UperNet pair and whole-image segmentation in both test modes,
+    """workload_benchmark.py: a training step of the UperNet pair and whole-image segmentation in both test modes,
     side by side (the modes share one code path: one training mode here)."""
-    res = subprocess.run([sys.executable, 'tools/analysis/benchmark.py', '--configs', 'configs/upernet_wf_t_ade20k.py',
-                          'configs/upernet_deit_t_ade20k.py', '--rounds', '1', '--no-memory', '--modes',
+    res = subprocess.run([sys.executable, 'tools/analysis/workload_benchmark.py', '--configs',
+                          'configs/upernet_wf_t_ade20k.py', 'configs/upernet_deit_t_ade20k.py', '--rounds', '1',
+                          '--no-memory', '--modes',
                           'train backbone+neck', '--image-sizes', '512x683'],
                          cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]

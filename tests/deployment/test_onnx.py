@@ -40,6 +40,9 @@ class Classifier(torch.nn.Module):
 def test_weightformer_classifier_exports_with_dynamic_batch_and_size(tmp_path):
     """Every dynamic layer of the release (Bilateral linear, adaptive DWConv with its 3 x 3 pooling) in one graph
     that serves other batch sizes and grids (the second grid, 7 x 5, is not divisible by 3)."""
+    with pytest.raises(ValueError, match=r'training mode: call \.eval\(\)'):
+        export_onnx(ExportWrapper(Classifier(WeightFormer(TINY_WF, num_classes=10)), 'classifier'), (96, 128),
+                    str(tmp_path / 'never.onnx'), {})
     module = ExportWrapper(Classifier(WeightFormer(TINY_WF, num_classes=10)).eval(), 'classifier')
     facts = dict(kind='classifier', stride=16, min_size=64)
     path = export_onnx(module, (96, 128), str(tmp_path / 'wf.onnx'), facts, dynamic=True)

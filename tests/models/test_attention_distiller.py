@@ -105,3 +105,32 @@ def test_mismatched_or_windowed_teachers_are_refused(teacher_file):
         with pytest.raises(ValueError, match='window'):
             AttentionDistiller(segmentor('ReLUAttention'),
                                dict(backbone(), with_cls_token=False, window_size=2, window_block_indexes=(0,)))
+
+
+def attention_outputs(backbone, inputs):
+    """Each block's attention output, computed block by block without hooks: attn(norm1(x)) on the block's input."""
+    x, hw, _ = backbone.embed(inputs, classify=False)
+    outputs = []
+    for block in backbone.blocks:
+        outputs.append(block.attn(block.norm1(x), hw))
+        x = block(x, hw)
+    return outputs
+
+
+@pytest.mark.parametrize('reduction', ['sum', 'mean'])
+@pytest.mark.parametrize('op', ['ReLUAttention', 'MHLAttention'], ids=['same tokens', 'student without class token'])
+def test_distill_loss_is_lambda_times_the_blocks_mse_computed_by_hand(teacher_file, op, reduction):
+    model = distiller(op, teacher_file, recipe='copy', reduction=reduction, loss_weight=7.0)
+    data = model.data_preprocessor(seg_batch(), True)
+    loss = model(**data, mode='loss')['loss_distill']
+    with torch.no_grad():
+        student = attention_outputs(model.student.backbone, data['inputs'])
+        teacher = attention_outputs(model.teacher, data['inputs'])
+    per_block = []
+    for s, t in zip(student, teacher):
+        t = t[:, 1:] if t.shape[1] == s.shape[1] + 1 else t  # the teacher's class token has no student counterpart
+        assert s.shape == t.shape
+        per_block.append(((s - t) ** 2).sum() / s.numel())
+    expected = 7.0 * (sum(per_block) if reduction == 'sum' else sum(per_block) / len(per_block))
+    assert len(per_block) == 2 and expected > 0
+    torch.testing.assert_close(loss.detach(), expected, rtol=1e-5, atol=0)

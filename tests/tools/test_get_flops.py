@@ -1,32 +1,38 @@
+"""tools/analysis/get_flops.py prints the library's counts (which tests/test_model_index.py checks against every
+metafile entry) beside the paper's figures read from the metafiles."""
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from mmwf.configs import metafile_models
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_upernet_table_against_the_paper():
-    res = subprocess.run([sys.executable, 'tools/analysis/get_flops.py', 'configs/upernet_wf_t_ade20k.py', '--paper'],
-                         cwd=ROOT, capture_output=True, text=True)
+def test_get_flops_prints_the_metafile_counts_beside_the_papers():
+    res = subprocess.run([sys.executable, 'tools/analysis/get_flops.py', 'wf-t', 'configs/upernet_wf_t_ade20k.py',
+                          '--paper'], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
-    rows = {r.split('|')[3].strip(): [c.strip() for c in r.split('|')[1:-1]]
-            for r in res.stdout.splitlines() if r.startswith('| upernet_wf_t_ade20k')}
-    assert rows.keys() == {'backbone', 'backbone+neck', 'whole'}
-    assert rows['backbone+neck'][4] == '6.8' and rows['backbone+neck'][5] == '7 (-3.0%)'
-    assert rows['whole'][3] == '12.08' and rows['whole'][4] == '37.4'
-    assert rows['whole'][5].startswith('38 (-1.5%)')
+    rows = {tuple(c.strip() for c in r.split('|')[1:4]): [c.strip() for c in r.split('|')[4:-1]]
+            for r in res.stdout.splitlines() if r.startswith(('| wf-t', '| upernet'))}
+    models = metafile_models()
+    wf, upernet = models['weightformer_t_in1k']['Metadata'], models['upernet_wf_t_ade20k']['Metadata']
 
+    def close(printed, ours, figure):
+        """``printed`` is 'figure (+x.y%)' with the x.y of ``ours`` (as printed, to its last decimal) against it."""
+        value, percent = printed.split(' (')
+        implied = figure * (1 + float(percent.rstrip('%)')) / 100)
+        return float(value) == figure and abs(implied - ours) <= 0.05 + figure * 0.0005
 
-@pytest.mark.slow
-def test_cascade_box_path_reproduces_the_paper_total():
-    """Table 4's totals are backbone + pyramid + RPN + the three box heads on 1000 proposals (no mask head)."""
-    res = subprocess.run([sys.executable, 'tools/analysis/get_flops.py', 'configs/cascade_wf_t_coco.py', '--paper',
-                          '--detections', '0'], cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-3000:]
-    rows = {r.split('|')[3].strip(): [c.strip() for c in r.split('|')[1:-1]]
-            for r in res.stdout.splitlines() if r.startswith('| cascade_wf_t_coco')}
-    assert float(rows['whole'][4]) == pytest.approx(566, rel=0.01)
-    assert rows['whole'][3] == '59.26'  # one mask head
-    assert float(rows['backbone+neck'][4]) == pytest.approx(77, rel=0.01)
+    params, flops, versus = rows['wf-t', '224x224', 'classifier']
+    assert (float(params), float(flops)) == (wf['Parameters (M)'], wf['GFLOPs'])
+    versus_flops, versus_params = versus.split('; params ')
+    assert close(versus_flops, float(flops), wf['Paper GFLOPs'])
+    assert close(versus_params, float(params), wf['Paper Parameters (M)'])
+    assert {part for *_, part in rows if _[0] == 'upernet_wf_t_ade20k'} == {'backbone', 'backbone+neck', 'whole'}
+    params, flops, versus = rows['upernet_wf_t_ade20k', '512x512', 'whole']
+    assert (float(params), float(flops)) == (upernet['Parameters (M)'], upernet['GFLOPs'])
+    assert close(versus.split('; ')[0], float(flops), upernet['Paper GFLOPs'])
+    _, flops, versus = rows['upernet_wf_t_ade20k', '512x512', 'backbone+neck']
+    assert float(flops) == upernet['GFLOPs (backbone+neck)']
+    assert close(versus, float(flops), upernet['Paper GFLOPs (backbone+neck)'])

@@ -5,20 +5,17 @@
     python tools/analysis/dynamic_strength.py configs/cascade_wf_t_coco.py --checkpoint work_dirs/x/iter_1000.pth
 
 BACKBONE is a short name (wf-t, wf-s, wf-b) or an mmdet / mmseg config (its backbone); a detector / segmentor
-checkpoint's ``backbone.`` weights are used. Without --images it uses the demo images (generated if absent).
+checkpoint's ``backbone.`` weights are used. Without --images it uses the demo images (python
+tools/generate_demo_data.py writes them).
 """
 from __future__ import annotations
 
 import argparse
-import os.path as osp
 import statistics
-import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+from analysis_args import add_input_args
 
-from analysis_args import add_input_args  # noqa: E402
-
-from mmwf.analysis import build_backbone, dynamic_strength, load_images, save_strength_png, strength_table  # noqa: E402
+from mmwf.analysis import build_backbone, dynamic_strength, load_images, save_strength_png, strength_table
 
 
 def main() -> None:

@@ -5,22 +5,19 @@ paper's Figure 3): the gradient of the centre output with respect to the input, 
     python tools/analysis/erf.py configs/upernet_deit_t_ade20k.py --images data/ade/.../validation --num-images 50
 
 BACKBONE is a short name (wf-t, wf-s, wf-b, static-t, deit-t, deit-s) or an mmdet / mmseg config (its backbone).
-Without --images it uses the demo images (generated if absent). Prints the high-contribution area ratios
-(RepLKNet's: the centred square holding t of the log-scaled contribution, as a fraction of the image).
+Without --images it uses the demo images (python tools/generate_demo_data.py writes them). Prints the
+high-contribution area ratios (RepLKNet's: the centred square holding t of the log-scaled contribution, as a
+fraction of the image).
 """
 from __future__ import annotations
 
 import argparse
 import os.path as osp
-import sys
 
 import torch
+from analysis_args import add_input_args
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-
-from analysis_args import add_input_args  # noqa: E402
-
-from mmwf.analysis import area_ratio, build_backbone, effective_receptive_field, load_images, save_erf_png  # noqa: E402
+from mmwf.analysis import area_ratio, build_backbone, effective_receptive_field, load_images, save_erf_png
 
 
 def main() -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 from mmengine.hooks import Hook
 
 from mmwf.registry import HOOKS
@@ -19,7 +20,8 @@ class NonFiniteLossHook(Hook):
 
     def after_train_iter(self, runner, batch_idx: int, data_batch: dict | None = None,
                          outputs: dict | None = None) -> None:
-        values = {name: float(value) for name, value in (outputs or {}).items() if 'loss' in name}
+        values = {name: float(value.detach() if isinstance(value, torch.Tensor) else value)
+                  for name, value in (outputs or {}).items() if 'loss' in name}
         bad = {name: value for name, value in values.items() if not math.isfinite(value)}
         if bad:
             terms = ', '.join(f'{name}={value}' for name, value in bad.items())

@@ -84,12 +84,12 @@ class DeiT(PlainBackbone):
             ``ELUAttention``, ``ReLUAttention``, ``InLineAttention``, ``MHLAttention``, ``TTTAttention``; extra keys
             go to the operator. Defaults to ``dict(type='SoftmaxAttention')``.
         out_indices (int | Sequence[int]): blocks whose patch-token outputs are returned. Defaults to -1.
+        frozen_stages (int): -1 freezes nothing; 0 the stem (patch embedding, position table, class token); i > 0
+            the stem and blocks 0..i-1 (and ``norm`` when i == depth). Defaults to -1.
         final_norm (bool): apply ``norm`` to the last block's output. Defaults to True.
         drop_path_rate (float): stochastic depth, rising linearly. Defaults to 0.
         layer_scale (bool): per-channel branch scales ``gamma1`` / ``gamma2`` in every block (ViT-Adapter's plain
             ViT); a checkpoint without them loads with them at 1. Defaults to False.
-        frozen_stages (int): -1 freezes nothing; 0 the stem (patch embedding, position table, class token); i > 0
-            the stem and blocks 0..i-1 (and ``norm`` when i == depth). Defaults to -1.
         with_cp (bool): activation checkpointing while training. Defaults to False.
         num_classes (int): > 0 adds the head for :meth:`forward_classifier` (class token, or the mean patch token
             for operators without one). Defaults to 0.
@@ -121,10 +121,10 @@ class DeiT(PlainBackbone):
                  window_block_indexes: Sequence[int] = (),
                  attn_cfg: dict = dict(type='SoftmaxAttention'),
                  out_indices: int | Sequence[int] = -1,
+                 frozen_stages: int = -1,
                  final_norm: bool = True,
                  drop_path_rate: float = 0.0,
                  layer_scale: bool = False,
-                 frozen_stages: int = -1,
                  with_cp: bool = False,
                  num_classes: int = 0,
                  out_type: str = 'featmap',

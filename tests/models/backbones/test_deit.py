@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import timm
 import torch
@@ -25,18 +27,62 @@ def test_global_attention_reproduces_timm(timm_deit, tmp_path):
     assert torch.allclose(feats[1].flatten(2).transpose(1, 2), ref[:, 1:], atol=1e-5)
 
 
-def test_dense_backbone_skips_head_and_resamples_position_embedding(timm_deit, tmp_path):
+def keys_bicubic_matrix(n_in: int, n_out: int) -> torch.Tensor:
+    """(n_out, n_in) 1-D bicubic interpolation, written from the formulas: Keys' kernel with a = -0.75, half-pixel
+    centres (align_corners=False), border samples repeated."""
+    a, m = -0.75, torch.zeros(n_out, n_in, dtype=torch.float64)
+
+    def w(d):
+        d = abs(d)
+        return (a + 2) * d ** 3 - (a + 3) * d ** 2 + 1 if d <= 1 else a * d ** 3 - 5 * a * d ** 2 + 8 * a * d - 4 * a
+    for i in range(n_out):
+        x = (i + 0.5) * n_in / n_out - 0.5
+        x0 = math.floor(x)
+        for k in (-1, 0, 1, 2):
+            m[i, min(max(x0 + k, 0), n_in - 1)] += w(x - (x0 + k))
+    return m
+
+
+def test_dense_backbone_skips_head_and_resamples_position_embedding_bicubically(timm_deit, tmp_path):
+    """The 14 x 14 table of a 224 checkpoint, resampled at run time to a 21 x 30 grid (ViTDet's get_abs_pos: bicubic,
+    no antialiasing), equals the hand-written bicubic interpolation; the head and class token are not loaded."""
     path = tmp_path / 'deit_tiny.pth'
     torch.save(timm_deit.state_dict(), path)
     model = DeiT('t', with_cls_token=False, window_size=14, window_block_indexes=(0, 1, 3, 4, 6, 7, 9, 10),
                  out_indices=(11,), init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     model.init_weights()
     assert not hasattr(model, 'cls_token')
+    table = timm_deit.pos_embed[0, 1:].detach().double().reshape(14, 14, -1)
+    expected = torch.einsum('ih,hwc,jw->ijc', keys_bicubic_matrix(14, 21), table, keys_bicubic_matrix(14, 30))
+    torch.testing.assert_close(model.patch_pos_embed((21, 30))[0].double(), expected.flatten(0, 1), rtol=0,
+                               atol=1e-5)
     img = torch.randn(1, 3, 16 * 21, 16 * 30)  # grid 21 x 30: windows need padding
     out = model(img)[0]
     assert out.shape == (1, 192, 21, 30)
     out.mean().backward()
     assert model.pos_embed.grad is not None
+
+
+@pytest.mark.parametrize('hw', [(6, 9), (5, 7)], ids=['windows tile the grid', 'zero-padded windows'])
+def test_window_attention_is_global_attention_in_each_window(hw):
+    """A window block (ViTDet) attends within each 3 x 3 window as global attention on that window's tokens alone; the
+    grid is zero-padded (after norm1) to whole windows, the padded tokens dropped afterwards."""
+    block = DeiT(dict(embed_dims=32, depth=1, num_heads=2, mlp_ratio=2), window_size=3,
+                 window_block_indexes=(0,)).blocks[0].double().eval()
+    H, W = hw
+    x = torch.randn(2, H * W, 32, dtype=torch.float64)
+    with torch.no_grad():
+        y = block.norm1(x).reshape(2, H, W, 32)
+        Hp, Wp = -(-H // 3) * 3, -(-W // 3) * 3
+        y = torch.nn.functional.pad(y, (0, 0, 0, Wp - W, 0, Hp - H))
+        attended = torch.zeros_like(y)
+        for r in range(0, Hp, 3):
+            for c in range(0, Wp, 3):
+                window = y[:, r:r + 3, c:c + 3].reshape(2, 9, 32)
+                attended[:, r:r + 3, c:c + 3] = block.attn(window, (3, 3)).reshape(2, 3, 3, 32)
+        h = x + attended[:, :H, :W].reshape(2, H * W, 32)
+        expected = h + block.mlp(block.norm2(h))
+        torch.testing.assert_close(block(x, hw), expected, rtol=1e-12, atol=1e-12)
 
 
 def test_window_partition_round_trip():

@@ -2,7 +2,6 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from mmengine.analysis import FlopAnalyzer
 
 from mmwf.models.backbones import WeightFormer
 from tests.cost import TensorShapes, saved_bytes
@@ -253,31 +252,11 @@ def test_frozen_stages_and_checkpointing():
     assert torch.allclose(model.blocks[4].linear2.weight.grad, ref.blocks[4].linear2.weight.grad, atol=1e-5)
 
 
-# ---------------------------------------------------------------- counts
-class Classifier(torch.nn.Module):
-    def __init__(self, backbone):
-        super().__init__()
-        self.backbone = backbone
-
-    def forward(self, x):
-        return self.backbone.forward_classifier(x)
-
-
-@pytest.mark.parametrize('arch,size,params,gflops', [('t', 224, 7_074_184, 1.13), ('s', 224, 27_492_136, 4.44),
-                                                     ('b', 448, 27_492_136, 17.70)])
-def test_params_and_flops(arch, size, params, gflops):
-    model = WeightFormer(arch, num_classes=1000).eval()
-    assert sum(p.numel() for p in model.parameters()) == params
-    analyzer = FlopAnalyzer(Classifier(model), torch.randn(1, 3, size, size))
-    analyzer.unsupported_ops_warnings(False)
-    analyzer.uncalled_modules_warnings(False)
-    assert round(analyzer.total() / 1e9, 2) == gflops
-
-
 # ---------------------------------------------------------------- numerics and linearity
-@pytest.mark.slow
 def test_fp16_autocast_at_1248_is_finite():
-    model = WeightFormer('t', out_indices=(8, 16))
+    """78 x 78 tokens (the largest input of the benchmarks) under fp16 autocast: the token sums of the dynamic layers
+    stay finite (a narrow, every-block-dynamic network: the token count is what matters)."""
+    model = WeightFormer(dict(embed_dims=32, depth=2, mlp_ratio=2), dynamic_blocks=[0, 1], out_indices=(0, 1))
     img = torch.randn(1, 3, 1248, 1248)
     with torch.autocast('cpu', dtype=torch.float16):
         outs = model(img)

@@ -87,6 +87,50 @@ def test_mhla_with_identity_mixing_is_blockwise_linear_attention(hw, normalizer)
     torch.testing.assert_close(attn(x, hw), blockwise_reference(attn, x, hw), rtol=1e-9, atol=1e-10)
 
 
+def mhla_loop_reference(q, k, v, hw, blocks, m, normalizer):
+    """MHLA's mixing written token by token (fp64): the grid zero-padded to P_h x P_w blocks of ceil(H / P_h) x
+    ceil(W / P_w); per block p, S_p = sum phi(k) v^T and z_p = sum phi(k) over its real tokens; token t at in-block
+    position i of block p gets phi(q_t)^T (sum_p' M[p, p'] S_p') / (n + 1e-6), with n the ``'official'``
+    sum_p' M[p, p'] phi(q_{p', i})^T z_p' (0 where block p' has no token at i) or the ``'textbook'``
+    phi(q_t)^T sum_p' M[p, p'] z_p'."""
+    H, W = hw
+    (ph, pw), (bh, bw) = blocks, (-(-H // blocks[0]), -(-W // blocks[1]))
+    phi_q, phi_k = F.relu(q) + 1e-6, F.relu(k) + 1e-6
+
+    def token(p, i):  # raster index of in-block position i of block p, or None when it is padding
+        r, c = (p // pw) * bh + i // bw, (p % pw) * bw + i % bw
+        return r * W + c if r < H and c < W else None
+    P, n = ph * pw, bh * bw
+    S = [sum(phi_k[..., t, :, None] * v[..., t, None, :] for t in map(lambda i: token(p, i), range(n)) if t is not None)
+         for p in range(P)]
+    z = [sum(phi_k[..., t, :] for t in map(lambda i: token(p, i), range(n)) if t is not None) for p in range(P)]
+    out = torch.zeros_like(v)
+    for p in range(P):
+        mixed_s = sum(m[p, p2] * S[p2] for p2 in range(P))
+        for i in range(n):
+            t = token(p, i)
+            if t is None:
+                continue
+            if normalizer == 'official':
+                den = sum(m[p, p2] * (phi_q[..., token(p2, i), :] * z[p2]).sum(-1) for p2 in range(P)
+                          if token(p2, i) is not None)
+            else:
+                den = (phi_q[..., t, :] * sum(m[p, p2] * z[p2] for p2 in range(P))).sum(-1)
+            out[..., t, :] = (phi_q[..., t, :, None] * mixed_s).sum(-2) / (den[..., None] + 1e-6)
+    return out
+
+
+@pytest.mark.parametrize('hw', [(6, 8), (7, 9)])
+@pytest.mark.parametrize('normalizer', ['official', 'textbook'])
+def test_mhla_mixing_and_normalisers_equal_a_token_by_token_reference(hw, normalizer):
+    attn = MHLAttention(DIM, HEADS, normalizer=normalizer).double()
+    with torch.no_grad():
+        attn.block_mixing.copy_(torch.rand(4, 4, dtype=torch.float64))  # a non-symmetric mixing matrix
+    q, k, v = qkv_of(attn, torch.randn(2, hw[0] * hw[1], DIM, dtype=torch.float64))
+    ref = mhla_loop_reference(q, k, v, hw, attn.blocks, attn.block_mixing.detach(), normalizer)
+    torch.testing.assert_close(attn.mix(q, k, v, hw), ref, rtol=1e-9, atol=1e-11)
+
+
 def test_mhla_normalisers_differ_with_mixing_and_partition_round_trips():
     x = torch.randn(1, 48, DIM, dtype=torch.float64)
     official = MHLAttention(DIM, HEADS, normalizer='official').double()
@@ -130,6 +174,41 @@ def test_ttt_dwconv_closed_form_gradient_equals_autograd():
     loss = -(s / (H * W)) * (out.reshape(B, d, H, W) * v).sum()
     (auto,) = torch.autograd.grad(loss, W3)
     torch.testing.assert_close(dwconv_inner_grad(k, v, s), auto.squeeze(2), rtol=1e-10, atol=1e-12)
+
+
+def test_ttt_forward_is_one_autograd_inner_step_of_each_inner_model():
+    """TTT end to end against a reference that takes the inner gradients with autograd, per sample: the SwiGLU
+    fast weights and the 3 x 3 kernel each take one clipped step (eta = 1) on the image's own keys and values, then
+    run on its queries; the two heads' outputs are concatenated into proj."""
+    attn = TTTAttention(DIM, HEADS).double()
+    with torch.no_grad():
+        for w in (attn.w1, attn.w2, attn.w3):
+            w.normal_(0, 0.3)  # large enough that the step changes the output
+    (H, W), B, C, h = (5, 6), 2, DIM, HEADS
+    d, s, N = C // h, attn.scale, H * W
+    x = torch.randn(B, N, C, dtype=torch.float64)
+    qkv = attn.qkv(x)
+    outputs = []
+    for b in range(B):
+        heads = qkv[b, :, :3 * C].reshape(N, 3, h, d)
+        q, k, v = (heads[:, j].transpose(0, 1) for j in range(3))  # (h, N, d)
+        w1 = attn.w1[0].detach().clone().requires_grad_()
+        w2 = attn.w2[0].detach().clone().requires_grad_()
+        with torch.enable_grad():
+            loss = -(s / N) * (((k.detach() @ w1) * F.silu(k.detach() @ w2)) * v.detach()).sum()
+            g1, g2 = torch.autograd.grad(loss, (w1, w2))
+        w1 = attn.w1[0] - g1 / (g1.norm(dim=-2, keepdim=True) + 1)
+        w2 = attn.w2[0] - g2 / (g2.norm(dim=-2, keepdim=True) + 1)
+        o1 = ((q @ w1) * F.silu(q @ w2)).transpose(0, 1).reshape(N, C)
+        q2, k2, v2 = (qkv[b, :, 3 * C + j * d:3 * C + (j + 1) * d].T.reshape(1, d, H, W) for j in range(3))
+        w3 = attn.w3.detach().clone().requires_grad_()
+        with torch.enable_grad():
+            loss = -(s / N) * (F.conv2d(k2.detach(), w3, padding=1, groups=d) * v2.detach()).sum()
+            (g3,) = torch.autograd.grad(loss, w3)
+        w3 = attn.w3 - g3 / (g3.flatten(1).norm(dim=1)[:, None, None, None] + 1)
+        o2 = F.conv2d(q2, w3, padding=1, groups=d)[0].flatten(1).T
+        outputs.append(attn.proj(torch.cat([o1, o2], -1)))
+    torch.testing.assert_close(attn(x, (H, W)), torch.stack(outputs), rtol=1e-9, atol=1e-11)
 
 
 def test_ttt_layout_and_inner_step():

@@ -1,5 +1,6 @@
 """ViTDetCascadeRoIHead behaves as detectron2's CascadeROIHeads (cascade_rcnn.py)."""
 import copy
+import math
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,19 @@ def test_one_mask_head_trained_once_and_run_once():
     assert all(r.masks.shape[-2:] == (SIZE, SIZE) for r in results)
 
 
+def decode(boxes: torch.Tensor, deltas: torch.Tensor, stage: int) -> torch.Tensor:
+    """detectron2's Box2BoxTransform.apply_deltas with the stage's weights (1 / the config's target_stds), then
+    clipped to the SIZE x SIZE image, written out from the formulas."""
+    stds = torch.tensor(head_config()['bbox_head'][stage]['bbox_coder']['target_stds'])
+    d = deltas * stds
+    w, h = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
+    cx, cy = boxes[:, 0] + 0.5 * w, boxes[:, 1] + 0.5 * h
+    cx, cy = cx + d[:, 0] * w, cy + d[:, 1] * h
+    clamp = math.log(1000.0 / 16)
+    w, h = w * d[:, 2].clamp(max=clamp).exp(), h * d[:, 3].clamp(max=clamp).exp()
+    return torch.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1).clamp(0, SIZE)
+
+
 def record_stages(head):
     """Make ``head.bbox_loss`` record (sampling results, box results) of every stage."""
     seen = []
@@ -109,12 +123,11 @@ def test_later_stages_take_every_box_of_the_previous_stage():
     assert len(seen) == 3
     # 40 proposals + 2 ground-truth boxes per image, all sampled in the first stage (fewer than 512)
     assert [len(r.priors) for r in seen[0][0]] == [42, 42] and [int(r.pos_is_gt.sum()) for r in seen[0][0]] == [2, 2]
-    metas = [s.metainfo for s in samples()]
     for stage in (1, 2):
         previous, (current, _) = seen[stage - 1], seen[stage]
         preds = previous[1]['bbox_pred'].split([len(r.priors) for r in previous[0]])
-        for res, pred, meta, now in zip(previous[0], preds, metas, current):
-            expected = head.bbox_head[stage - 1].regress_by_class(res.priors, None, pred, meta)
+        for res, pred, now in zip(previous[0], preds, current):
+            expected = decode(res.priors, pred, stage - 1)
             expected = expected[((expected[:, 2:] - expected[:, :2]) > 0).all(1)]
             assert expected.min() >= 0 and expected.max() <= SIZE  # clipped to the image
             torch.testing.assert_close(sorted_rows(now.priors), sorted_rows(expected.detach()))
@@ -164,12 +177,30 @@ def test_test_time_scores_average_the_stages_probabilities():
             out = head._bbox_forward(stage, x, stage_rois)
             expected = expected + out['cls_score'].softmax(-1) / 3
             if stage < 2:
-                stage_rois = torch.cat([torch.cat([r[:, :1], head.bbox_head[stage].regress_by_class(
-                    r[:, 1:], None, p, m)], 1) for r, p, m in zip(stage_rois.split(num), out['bbox_pred'].split(num),
-                                                               metas)])
+                stage_rois = torch.cat([stage_rois[:, :1], decode(stage_rois[:, 1:], out['bbox_pred'], stage)], 1)
         logits_mean = CascadeRoIHead._refine_roi(head, x, rois, metas, num)[1]
     torch.testing.assert_close(torch.cat(log_probs).exp(), expected)
     assert not torch.allclose(torch.cat(logits_mean).softmax(-1), expected)  # mmdet's average of logits differs
+
+
+def test_an_image_without_proposals_and_images_without_surviving_boxes():
+    """Training and testing go on when an image has no proposals (training: its ground truth is its only proposal),
+    and testing gives empty results (masks of the image's size) when no box passes the score threshold."""
+    empty = InstanceData(bboxes=torch.zeros(0, 4), scores=torch.zeros(0), labels=torch.zeros(0, dtype=torch.long))
+    head = build(head_config()).train()
+    seen = record_stages(head)
+    losses = head.loss(features(), [proposals(1)[0], empty], samples())
+    assert all(torch.isfinite(v).all() for k, v in losses.items() if 'loss' in k)
+    assert [len(r.priors) for r in seen[0][0]] == [42, 2]  # the empty image: its two ground-truth boxes
+    head.eval()
+    with torch.no_grad():
+        results = head.predict(features(), [proposals(1)[0], empty], samples())
+        assert len(results[0]) > 0 and len(results[1]) == 0
+        assert results[1].masks.shape == (0, SIZE, SIZE) and results[1].bboxes.shape == (0, 4)
+        head.test_cfg.score_thr = 1.1  # no box survives
+        results = head.predict(features(), proposals(), samples())
+    assert [len(r) for r in results] == [0, 0]
+    assert all(r.masks.shape == (0, SIZE, SIZE) and r.labels.shape == (0,) for r in results)
 
 
 def test_a_configuration_that_is_not_the_vitdet_cascade_is_refused():

@@ -1,7 +1,7 @@
-"""Backbones and images for the analysis tools (erf.py, dynamic_strength.py)."""
+"""The networks the analysis tools take by name or from a config: ImageNet classifiers (Table 3's names) and dense
+backbones, with random weights or a checkpoint."""
 from __future__ import annotations
 
-import glob
 import os.path as osp
 
 import torch
@@ -9,8 +9,9 @@ import torch.nn as nn
 
 from mmwf.utils.checkpoint import load_pretrained
 
-DEMO_ROOT = osp.join('data', 'demo')  # where tools/generate_demo_data.py writes, relative to the working directory
-
+# classifier names -> the ImageNet configs whose metafile entries hold the paper's counts (Table 3)
+CLASSIFIER_CONFIGS = {'wf-t': 'weightformer_t_in1k', 'wf-s': 'weightformer_s_in1k', 'deit-t': 'deit_t_softmax_in1k',
+                      'deit-s': 'deit_s_softmax_in1k', 'deit-b': 'deit_b_softmax_in1k'}
 
 
 def classifier_config(name: str) -> dict:
@@ -48,29 +49,6 @@ def build_classifier(name: str) -> Classifier:
     return Classifier(MODELS.build(classifier_config(name))).eval()
 
 
-def task_model_config(config: str):
-    """An mmdet / mmseg / mmpretrain config file adapted to this device (:func:`mmwf.utils.adapt_to_device`) and the
-    config of the network it tests, with random backbone weights (``init_cfg`` dropped): ``model``, or its
-    ``student`` under AttentionDistiller (the teacher is training-only). Returns ``(cfg, model_cfg)``."""
-    from mmengine.config import Config
-
-    from mmwf.utils import adapt_to_device
-    cfg = Config.fromfile(config)
-    adapt_to_device(cfg)
-    model_cfg = cfg.model.get('student', cfg.model)
-    model_cfg.backbone.pop('init_cfg', None)
-    return cfg, model_cfg
-
-
-def build_task_model(scope: str, model_cfg) -> nn.Module:
-    """``model_cfg`` built by the registry of ``scope`` (``'mmdet'``, ``'mmseg'``), that scope made the default."""
-    from importlib import import_module
-
-    from mmengine.registry import init_default_scope
-    init_default_scope(scope)
-    return import_module(f'{scope}.registry').MODELS.build(model_cfg)
-
-
 def backbone_config(spec: str) -> dict:
     """A dense backbone config (no head; DeiT without class token) from a name of :func:`classifier_config`
     (``wf-t``, ``static-t``, ``deit-s``, ``deit-t-ttt``, ...) or from an mmdet / mmseg config file (its
@@ -100,23 +78,3 @@ def build_backbone(spec: str | dict, checkpoint: str | None = None) -> nn.Module
     if checkpoint:
         load_pretrained(model, checkpoint)
     return model.eval()
-
-
-def load_images(folder: str | None, size: int, limit: int) -> torch.Tensor:
-    """Up to ``limit`` images of ``folder`` (default: the demo images under ./data/demo, generated if absent),
-    resized to ``size`` x ``size``, normalised with ImageNet's mean and std: (B, 3, size, size)."""
-    import cv2
-    import numpy as np
-    if folder is None:
-        folder = osp.join(DEMO_ROOT, 'coco', 'val')
-        if not glob.glob(osp.join(folder, '*.jpg')):
-            from mmwf.datasets import generate
-            generate(DEMO_ROOT)
-    files = sorted(f for ext in ('jpg', 'jpeg', 'png') for f in glob.glob(osp.join(folder, f'*.{ext}')))[:limit]
-    if not files:
-        raise FileNotFoundError(f'no .jpg / .png images in {folder!r}; give --images a folder of images, or leave it '
-                                'out to use the demo images (python tools/generate_demo_data.py)')
-    mean, std = np.array([123.675, 116.28, 103.53]), np.array([58.395, 57.12, 57.375])
-    images = [(cv2.resize(cv2.imread(f)[:, :, ::-1], (size, size), interpolation=cv2.INTER_LINEAR) - mean) / std
-              for f in files]
-    return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float()
