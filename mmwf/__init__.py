@@ -11,6 +11,6 @@ from .version import __version__
 check_stack(warn=True)
 enable_safe_mmengine_checkpoints()
 
-from . import datasets, engine, models  # noqa: E402  (registers modules)
+from . import datasets, engine, evaluation, models  # noqa: E402  (registers modules)
 
-__all__ = ['__version__', 'datasets', 'models', 'engine']
+__all__ = ['__version__', 'datasets', 'models', 'engine', 'evaluation']

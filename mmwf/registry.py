@@ -5,6 +5,16 @@ builds its registries as children of these, and a child looks a name up in its p
 hold it itself, so ``custom_imports = dict(imports=['mmwf'])`` makes our modules usable under any
 project's own ``default_scope`` without importing that project here.
 """
-from mmengine.registry import HOOKS, MODELS, OPTIM_WRAPPER_CONSTRUCTORS, RUNNERS, TRANSFORMS, WEIGHT_INITIALIZERS
+from mmengine.registry import (
+                               DATASETS,
+                               HOOKS,
+                               METRICS,
+                               MODELS,
+                               OPTIM_WRAPPER_CONSTRUCTORS,
+                               RUNNERS,
+                               TRANSFORMS,
+                               WEIGHT_INITIALIZERS,
+)
 
-__all__ = ['MODELS', 'HOOKS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'RUNNERS', 'TRANSFORMS', 'WEIGHT_INITIALIZERS']
+__all__ = ['DATASETS', 'METRICS', 'MODELS', 'HOOKS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'RUNNERS', 'TRANSFORMS',
+           'WEIGHT_INITIALIZERS']

@@ -32,3 +32,4 @@ for spec in "classifier 256 224" "backbone+pyramid 4 1024"; do
   "$PY" tools/analysis/train_step_benchmark.py --device cuda --part "$1" --batch "$2" --size "$3" --amp \
     2>&1 | tee -a "$OUT/train_step.txt"
 done
+"$PY" tools/analysis/generation_benchmark.py --device cuda --batch 32 --rounds 5 2>&1 | tee "$OUT/generation.txt"

@@ -5,10 +5,15 @@ WeightFormer-T demo and the UperNet WeightFormer-T demo from scratch, print box 
     python tools/demo.py --tasks seg --max-iters 20 --work-dir /tmp/demo
     python tools/demo.py --tasks distill-seg  # DeiT-T ReLU student distilled from softmax DeiT-T in UperNet
     python tools/demo.py --tasks cls distill-cls  # ImageNet-style classification: WeightFormer-T; DeiT-T ReLU student
+    python tools/demo.py --tasks gen          # class-conditional generation: WF-DiT and DiT in pixel space, 32 x 32
 
 The ``distill-*`` tasks also print ``loss_distill`` at the first and the last logged iteration. Every task draws the
 ground truth and the prediction of the first four validation images (``tools/test.py --show-dir``) into
-``WORK_DIR/TASK/pictures/`` and prints their paths.
+``WORK_DIR/TASK/pictures/`` and prints their paths. ``gen`` trains the WF-DiT demo and its DiT baseline the same
+way, samples 16 images per class from each (EMA weights), and prints the share that a small WeightFormer classifier
+trained on the real images assigns to the conditioning class (and its share on real validation images) and the
+Fréchet distance of samples and real images in that classifier's features (not FID); ``WORK_DIR/gen/samples.png``
+shows 8 samples per class of each model.
 """
 from __future__ import annotations
 
@@ -29,8 +34,10 @@ TASKS = {
     'distill-det': ('configs/demo/cascade_deit_ttt_distill_demo.py', ('coco/bbox_mAP', 'coco/bbox_mAP_50')),
     'cls': ('configs/demo/weightformer_t_cls_demo.py', ('accuracy/top1',)),
     'distill-cls': ('configs/demo/deit_relu_distill_cls_demo.py', ('accuracy/top1',)),
+    'gen': ('configs/demo/wf_dit_gen_demo.py', ()),  # and its DiT baseline, GENERATORS
 }
-DATA = {'det': 'coco/', 'seg': 'ade', 'cls': 'cls'}  # demo data folder of each task kind
+GENERATORS = {'WF-DiT': 'configs/demo/wf_dit_gen_demo.py', 'DiT': 'configs/demo/dit_gen_demo.py'}
+DATA = {'det': 'coco/', 'seg': 'ade', 'cls': 'cls', 'gen': 'cls'}  # demo data folder of each task kind
 DEFAULT_TASKS = ('det', 'seg')
 PICTURES = 4  # validation images drawn per task
 
@@ -51,6 +58,59 @@ def run(args: list[str], log: str) -> None:
         with open(log) as f:
             tail = ''.join(f.readlines()[-30:])
         raise SystemExit(f'{" ".join(args)} failed (log: {log}):\n{tail}')
+
+
+def generation_demo(args) -> str:
+    """Train both generators, then sample and measure them (the ``gen`` task); its summary line."""
+    import torch
+    from mmengine.config import Config, DictAction
+    from mmengine.registry import init_default_scope
+
+    from mmwf.analysis.generation import classifier_measures, load_class_folder, save_grid, train_classifier
+    from mmwf.registry import MODELS
+    work_dir, root = osp.join(args.work_dir, 'gen'), osp.join(args.data_root, 'cls')
+    os.makedirs(work_dir, exist_ok=True)
+    start, checkpoints = time.time(), {}
+    for name, config in GENERATORS.items():
+        out = osp.join(work_dir, name.lower())
+        options = [f'train_dataloader.dataset.root={osp.join(root, "train")}', *args.cfg_options]
+        if args.max_iters:
+            options += [f'train_cfg.max_iters={args.max_iters}', f'default_hooks.checkpoint.interval={args.max_iters}']
+        print(f'[gen] training {config} (log: {out}/train.log)', flush=True)
+        os.makedirs(out, exist_ok=True)
+        run(['tools/train.py', config, '--work-dir', out, '--cfg-options', *options], osp.join(out, 'train.log'))
+        with open(osp.join(out, 'last_checkpoint')) as f:
+            checkpoints[name] = f.read().strip()
+    train_time = time.time() - start
+    size = Config.fromfile(osp.join(ROOT, GENERATORS['WF-DiT'])).model.denoiser.input_size
+    train_images, train_labels = load_class_folder(osp.join(root, 'train'), size)
+    real, real_labels = load_class_folder(osp.join(root, 'val'), size)
+    classes = sorted(os.listdir(osp.join(root, 'train')))
+    print(f'[gen] training the demo classifier on {len(train_images)} real images', flush=True)
+    classifier = train_classifier(train_images, train_labels, len(classes))
+    labels = torch.arange(len(classes)).repeat_interleave(16)
+    rows, titles, parts = [], [], []
+    init_default_scope('mmengine')
+    for name, config in GENERATORS.items():
+        cfg = Config.fromfile(osp.join(ROOT, config))
+        cfg.merge_from_dict({k: DictAction._parse_iterable(v) for k, v in (o.split('=', 1) for o in args.cfg_options)})
+        model = MODELS.build(cfg.model)
+        state = torch.load(checkpoints[name], map_location='cpu', weights_only=True)['state_dict']  # the EMA weights
+        model.load_state_dict(state)
+        model.eval()
+        samples = torch.cat([s['fake_img'][None] for s in model.predict(labels)])
+        m = classifier_measures(classifier, samples, labels, real, real_labels)
+        parts.append(f'{name} samples {m["samples_correct"]:.3f} of their class, Fréchet (classifier features) '
+                     f'{m["frechet"]:.3f}')
+        real_share = m['real_correct']
+        rows += [samples[labels == c][:8] for c in range(len(classes))]
+        titles += [f'{name} {c}' for c in classes]
+    picture = osp.join(work_dir, 'samples.png')
+    save_grid(rows, picture, titles)
+    total = (time.time() - start) / 60
+    print(f'[gen] samples (8 per class, rows: model and class): {picture}', flush=True)
+    return (f'gen: {"; ".join(parts)}; real images {real_share:.3f} (train both {train_time / 60:.1f} min, '
+            f'with sampling {total:.1f} min)')
 
 
 def main() -> None:
@@ -80,6 +140,9 @@ def main() -> None:
     os.makedirs(args.work_dir, exist_ok=True)
     summary = []
     for task in args.tasks:
+        if task == 'gen':
+            summary.append(generation_demo(args))
+            continue
         config, keys = TASKS[task]
         work_dir = osp.join(args.work_dir, task)
         root = osp.join(args.data_root, DATA[task.split('-')[-1]])

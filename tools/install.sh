@@ -90,6 +90,7 @@ step "mmwf (editable) and test tools"
 "${PIP[@]}" --no-build-isolation --no-deps -e "$ROOT" || fail "pip install -e . failed"
 "${PIP[@]}" -r "$ROOT/requirements/tests.txt" || fail "pip could not install the test requirements"
 "${PIP[@]}" -r "$ROOT/requirements/deploy.txt" || fail "pip could not install the ONNX export requirements (requirements/deploy.txt)"
+"${PIP[@]}" -r "$ROOT/requirements/generation.txt" || fail "pip could not install the generation requirements (requirements/generation.txt)"
 
 step "stack check"
 "$PY" -c "import mmwf; from mmwf.utils import check_stack; check_stack(require_mmcv_ops=True); print('stack ok')" \

@@ -130,3 +130,28 @@ def crop_size(config: str) -> tuple[int, int]:
     from mmengine.config import Config
     crop = next(t['crop_size'] for t in Config.fromfile(config).test_pipeline if t['type'] == 'CenterCrop')
     return (crop, crop) if isinstance(crop, int) else tuple(crop)
+
+
+class Denoise(nn.Module):
+    """A diffusion transformer's forward on (x, t, y) of one sample, for the FLOP counter."""
+
+    def __init__(self, denoiser: nn.Module) -> None:
+        super().__init__()
+        self.denoiser = denoiser
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        zeros = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+        return self.denoiser(x, zeros + 500, zeros)
+
+
+def generator_counts(config: str, our_order: bool = False) -> tuple[float, float]:
+    """(params M, GFLOPs) of a generation config's denoiser on one (1, C, s, s) latent of its ``input_size`` (the
+    attention's products counted too, through the fused-attention handle)."""
+    from mmengine.config import Config
+
+    from mmwf.registry import MODELS
+    denoiser = MODELS.build(Config.fromfile(config).model.denoiser).eval()
+    x = torch.randn(1, denoiser.in_channels, denoiser.input_size, denoiser.input_size)
+    with (contextlib.nullcontext() if our_order else released_order(denoiser)), torch.no_grad():
+        flops = count_flops(Denoise(denoiser), x) / 1e9
+    return params_m(denoiser), flops

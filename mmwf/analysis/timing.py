@@ -62,3 +62,15 @@ def last_line_of(script: str, args: list[str], threads: int) -> str:
     if out.returncode:
         raise RuntimeError(f'memory probe {" ".join(args)} failed:\n{out.stderr[-2000:]}')
     return out.stdout.strip().splitlines()[-1]
+
+
+def interleaved_times(steps: list[Callable[[], object]], rounds: int, device: str) -> list[list[float]]:
+    """Seconds of each step per round, after one warm-up call each; the steps take turns within a round, so that
+    the machine's drifts (shared CPUs, clocks) fall on all of them alike."""
+    for step in steps:
+        step()
+    times: list[list[float]] = [[] for _ in steps]
+    for _ in range(rounds):
+        for i, step in enumerate(steps):
+            times[i].append(time_call(step, device))
+    return times

@@ -1,11 +1,13 @@
-"""Dataset checks (``checks``, needs mmengine only) and the synthetic demo data generator (``synthetic``, needs
-OpenCV)."""
+"""Dataset checks (``checks``, needs mmengine only), the generation datasets (``generation``) and the synthetic demo
+data generator (``synthetic``, needs OpenCV)."""
 from importlib.util import find_spec
 
 from .checks import CheckAnnotations, annotation_file_error, check_classes, head_class_counts, insert_annotation_checks
+from .generation import ClassFolderImages, LatentCacheDataset, SamplingLabels, center_crop_arr, class_folder
 
 __all__ = ['CheckAnnotations', 'annotation_file_error', 'check_classes', 'head_class_counts',
-           'insert_annotation_checks']
+           'insert_annotation_checks', 'ClassFolderImages', 'LatentCacheDataset', 'SamplingLabels',
+           'center_crop_arr', 'class_folder']
 
 if find_spec('cv2') is not None:
     from .synthetic import generate, make_image, write_ade, write_classification, write_coco

@@ -133,3 +133,12 @@ def test_train_step_trains(part):
     before = stem.detach().clone()
     step()
     assert not torch.equal(before, stem)
+
+
+@pytest.mark.slow
+def test_generation_benchmark_compares_wf_dit_with_dit():
+    out = run('tools/analysis/generation_benchmark.py', '--archs', 'S/2', '--sizes', '16', '--batch', '1', '--rounds',
+              '1', '--no-memory')
+    rows = [[c.strip() for c in r.split('|')[1:-1]] for r in out.splitlines() if r.startswith('| S/2')]
+    assert [r[2] for r in rows] == ['train', 'sample']
+    assert all(float(r[3]) > 0 and float(r[4]) > 0 and r[5].endswith('x') for r in rows)

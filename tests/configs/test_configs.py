@@ -18,7 +18,7 @@ from mmwf.utils import adapt_to_device
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = sorted(glob(str(ROOT / 'configs/*.py')))
-DEMO = sorted(glob(str(ROOT / 'configs/demo/*.py')))
+DEMO = sorted(p for p in glob(str(ROOT / 'configs/demo/*.py')) if not p.endswith('_gen_demo.py'))  # dense, cls
 VARIANTS = sorted(glob(str(ROOT / 'configs/whole_image/*.py')))
 LINEAR = sorted(glob(str(ROOT / 'configs/linear_attention/*.py')))
 DENSE_LINEAR = [p for p in LINEAR if not Path(p).name.startswith('cls_')]  # classification: test_imagenet_configs

@@ -1,6 +1,7 @@
 """tools/train.py, tools/test.py, tools/demo.py and tools/dist_train.sh on the generated demo data."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -150,6 +151,20 @@ def test_killed_training_resumes_from_its_last_checkpoint(demo_data, tmp_path):
     assert set(range(resumed_from + 1, 13)) <= got.keys()
     for it in range(resumed_from + 1, 13):
         assert got[it] == pytest.approx(expected[it], rel=1e-9), it
+
+
+@pytest.mark.slow
+def test_generation_demo_short_schedule(demo_data, tmp_path):
+    """tools/demo.py --tasks gen: WF-DiT and DiT trained by tools/train.py in pixel space, sampled (EMA weights) and
+    measured with the demo's classifier; a picture of the samples."""
+    res = run([sys.executable, 'tools/demo.py', '--tasks', 'gen', '--data-root', str(demo_data), '--work-dir',
+               str(tmp_path), '--max-iters', '3', '--cfg-options', 'model.sampling_steps=4',
+               'train_dataloader.batch_size=4'])
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    line = next(r for r in res.stdout.splitlines() if r.startswith('gen:'))
+    shares = [float(v) for v in re.findall(r'samples (\d\.\d+) of their class', line)]
+    assert len(shares) == 2 and all(0 <= v <= 1 for v in shares) and 'real images' in line
+    assert (tmp_path / 'gen' / 'samples.png').read_bytes()[:4] == b'\x89PNG'
 
 
 @pytest.mark.slow

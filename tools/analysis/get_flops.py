@@ -1,12 +1,14 @@
 """Params and FLOPs (multiply-accumulates) of an mmdet / mmseg config: backbone, backbone + neck (the
 paper's "backbone" convention, docs/protocol.md) and the whole model, as a markdown table; or of an ImageNet
 classifier given by mmpretrain config (configs/imagenet/*, at its test crop) or by name (Table 3): ``wf-{t,s,b}``,
-``static-t``, ``deit-{t,s,b}`` and the linear-attention DeiTs ``deit-{t,s,b}-{elu,relu,inline,mhla,ttt}``.
+``static-t``, ``deit-{t,s,b}`` and the linear-attention DeiTs ``deit-{t,s,b}-{elu,relu,inline,mhla,ttt}``; or of
+the denoiser of a generation config (configs/generation/*, Table 7) on one latent of its input size.
 
     python tools/analysis/get_flops.py configs/upernet_wf_t_ade20k.py --shape 512 512 --paper
     python tools/analysis/get_flops.py configs/cascade_wf_t_coco.py --shape 1024 1024 --paper
     python tools/analysis/get_flops.py wf-t deit-t wf-s deit-s --paper          # Table 3, at 224
     python tools/analysis/get_flops.py deit-t deit-t-relu deit-t-ttt --shape 1024 1024
+    python tools/analysis/get_flops.py configs/generation/wf_dit_s_2_in256.py configs/generation/dit_s_2_in256.py
 
 An AttentionDistiller config is counted without its teacher (training only). The counting is
 ``mmwf.analysis.classifier_counts`` / ``task_model_counts``; ``--paper`` puts the paper's figures from the metafiles
@@ -26,7 +28,7 @@ import os.path as osp
 
 from mmengine.config import Config
 
-from mmwf.analysis import CLASSIFIER_CONFIGS, classifier_counts, crop_size, task_model_counts
+from mmwf.analysis import CLASSIFIER_CONFIGS, classifier_counts, crop_size, generator_counts, task_model_counts
 from mmwf.configs import metafile_models, paper_counts
 
 
@@ -54,9 +56,15 @@ def main() -> None:
     print(header)
     print('|---' * (header.count('|') - 1) + '|')
     for config in args.configs:
-        scope = Config.fromfile(config).default_scope if osp.isfile(config) else None
+        cfg = Config.fromfile(config) if osp.isfile(config) else None
+        scope = cfg.default_scope if cfg else None
         name = osp.splitext(osp.basename(config))[0]
-        if scope in (None, 'mmpretrain'):  # a classifier by name or an ImageNet config
+        if cfg and cfg.model.type == 'LatentDiffusion':
+            size = cfg.model.denoiser.input_size
+            shape = (size, size)
+            counts = {'denoiser': generator_counts(config, args.our_order)}
+            paper = {'denoiser': ('GFLOPs', 'Parameters (M)')}
+        elif scope in (None, 'mmpretrain'):  # a classifier by name or an ImageNet config
             shape = tuple(args.shape) if args.shape else (crop_size(config) if scope else (224, 224))
             try:
                 counts = {'classifier': classifier_counts(config, shape, args.our_order)}
@@ -69,7 +77,7 @@ def main() -> None:
             paper = {'backbone+neck': ('GFLOPs (backbone+neck)', None), 'whole': ('GFLOPs', 'Parameters (M)'),
                      'whole (no mask head)': ('GFLOPs (no mask head)', None)}
         figures = paper_figures(name, shape) if args.paper else {}
-        decimals = 2 if 'classifier' in counts else 1
+        decimals = 1 if 'whole' in counts else 2
         for part, (params, flops) in counts.items():
             row = f'| {name} | {shape[0]}x{shape[1]} | {part} | {params:.2f} | {flops:.{decimals}f} |'
             if args.paper:

@@ -20,7 +20,7 @@ import torch
 from mmengine.config import Config
 
 from mmwf.analysis import MODES, Workload
-from mmwf.analysis.timing import last_line_of, step_memory, time_call
+from mmwf.analysis.timing import interleaved_times, last_line_of, step_memory
 
 PAIRS = ['configs/cascade_wf_t_coco.py', 'configs/cascade_deit_t_coco.py', 'configs/upernet_wf_t_ade20k.py',
          'configs/upernet_deit_t_ade20k.py', 'configs/upernet_wf_s_ade20k.py', 'configs/upernet_deit_s_ade20k.py']
@@ -57,13 +57,8 @@ def run_workloads(args) -> list[dict]:
         for mode, size, test_mode in cases:
             if size and not segmentation:
                 continue
-            steps = [workload_case(c, mode, size, test_mode, args.device, args.compile) for c in (a, b)]
-            for step in steps:
-                step()  # warm-up
-            times = [[], []]
-            for _ in range(args.rounds):
-                for i, step in enumerate(steps):
-                    times[i].append(time_call(step, args.device))
+            times = interleaved_times([workload_case(c, mode, size, test_mode, args.device, args.compile)
+                                       for c in (a, b)], args.rounds, args.device)
             speedup = statistics.median(tb / ta for ta, tb in zip(*times))
             memory = ['-', '-'] if args.no_memory else [
                 f'{workload_memory(c, mode, size, test_mode, args):.0f}' for c in (a, b)]

@@ -72,6 +72,21 @@ class WeightFormerBlock(nn.Module):
         return y.add_(x) if inplace else y + x
 
 
+def dynamic_block_ids(spec: dict | Sequence[int], depth: int) -> set[int]:
+    """The dynamic blocks of a ``depth``-block network: ``dict(every=k, offset=o)`` (block i when i % k == o; the
+    release's classifiers and DiTs: every=3, offset=1) or a list of block indices (negative ones from the end)."""
+    if isinstance(spec, dict):
+        every = spec.get('every')
+        if set(spec) - {'every', 'offset'} or not isinstance(every, int) or every < 1:
+            raise ValueError(f'dynamic_blocks={dict(spec)}: give dict(every=k, offset=o) with k >= 1 (block i is '
+                             'dynamic when i % k == o; the release: every=3, offset=1) or a list of block indices')
+        return {i for i in range(depth) if i % every == spec.get('offset', 0)}
+    ids = {i % depth for i in spec}
+    if any(not -depth <= i < depth for i in spec):
+        raise ValueError(f'dynamic_blocks {list(spec)} out of range for depth {depth}')
+    return ids
+
+
 @MODELS.register_module()
 class WeightFormer(PlainBackbone):
     """WeightFormer backbone (and ImageNet classifier when ``num_classes > 0``).
@@ -142,7 +157,7 @@ class WeightFormer(PlainBackbone):
                  out_type: str = 'featmap',
                  init_cfg: dict | list | None = None) -> None:
         super().__init__(arch, in_channels, patch_size, out_indices, final_norm, with_cp, out_type, init_cfg)
-        self.dynamic_ids = self._dynamic_ids(dynamic_blocks, self.depth)
+        self.dynamic_ids = dynamic_block_ids(dynamic_blocks, self.depth)
         if dynamic_mlp not in ('first', 'second', 'both', 'none'):
             raise ValueError(f"dynamic_mlp must be 'first', 'second', 'both' or 'none', got {dynamic_mlp!r}")
         if linear2_context not in ('input', 'hidden'):
@@ -164,19 +179,6 @@ class WeightFormer(PlainBackbone):
         self.init_head(num_classes)
         self._init_released()
         self.freeze_stages(frozen_stages)
-
-    @staticmethod
-    def _dynamic_ids(spec: dict | Sequence[int], depth: int) -> set[int]:
-        if isinstance(spec, dict):
-            every = spec.get('every')
-            if set(spec) - {'every', 'offset'} or not isinstance(every, int) or every < 1:
-                raise ValueError(f'dynamic_blocks={dict(spec)}: give dict(every=k, offset=o) with k >= 1 (block i is '
-                                 'dynamic when i % k == o; the release: every=3, offset=1) or a list of block indices')
-            return {i for i in range(depth) if i % every == spec.get('offset', 0)}
-        ids = {i % depth for i in spec}
-        if any(not -depth <= i < depth for i in spec):
-            raise ValueError(f'dynamic_blocks {list(spec)} out of range for depth {depth}')
-        return ids
 
     def _init_released(self) -> None:
         """The release's init: Linear trunc_normal(0.02) with zero bias, LayerNorm (1, 0), convs and the

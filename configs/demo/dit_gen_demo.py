@@ -1,0 +1,5 @@
+# The DiT baseline of wf_dit_gen_demo.py, trained the same way: DiT blocks (softmax attention, 4 heads) at the same
+# width 128, depth 6 and patch 2.
+_base_ = './wf_dit_gen_demo.py'
+
+model = dict(denoiser=dict(type='DiT', arch=dict(_delete_=True, hidden_size=128, depth=6, num_heads=4)))

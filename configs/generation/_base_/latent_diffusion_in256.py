@@ -1,0 +1,49 @@
+# Class-conditional ImageNet 256 x 256 in latent space with DiT's recipe (facebookresearch/DiT train.py): ADM's
+# centre crop and random flip, sd-vae-ft-ema latents x 0.18215 (cached once, with their flips:
+# tools/generation/extract_latents.py), AdamW lr 1e-4 without weight decay, global batch 256 (8 GPUs x 32), fp32,
+# EMA 0.9999 from the first iteration, 400K iterations. Test: 50K samples with the EMA weights, 250 respaced DDPM
+# steps, no guidance (Table 7), FID / IS against ADM's reference batch. A model config sets the denoiser.
+custom_imports = dict(imports=['mmwf'], allow_failed_imports=False)
+default_scope = 'mmengine'
+runner_type = 'StrictRunner'  # strict checkpoint loading, resume past damaged checkpoints
+vae_path = 'checkpoints/sd-vae-ft-ema'  # diffusers folder of stabilityai/sd-vae-ft-ema
+latent_cache = 'data/imagenet256_latents'  # tools/generation/extract_latents.py data/imagenet/train ...
+num_classes = 1000
+model = dict(type='LatentDiffusion', denoiser=dict(input_size=32, in_channels=4, num_classes=num_classes),
+             vae_path=vae_path, num_timesteps=1000, sampling_steps='250', cfg_scale=1.0)
+train_dataloader = dict(
+    batch_size=32,  # x 8 GPUs = 256
+    num_workers=4,
+    persistent_workers=True,
+    drop_last=True,
+    sampler=dict(type='InfiniteSampler', shuffle=True),
+    collate_fn=dict(type='default_collate'),
+    dataset=dict(type='LatentCacheDataset', root=latent_cache))
+test_dataloader = dict(
+    batch_size=32,
+    num_workers=0,
+    sampler=dict(type='DefaultSampler', shuffle=False),
+    collate_fn=dict(type='default_collate'),
+    dataset=dict(type='SamplingLabels', num_samples=50000, num_classes=num_classes, seed=0))
+test_evaluator = dict(type='GenerationMetric', reference='data/fid_stats/VIRTUAL_imagenet256_labeled.npz',
+                      inception='checkpoints/pt_inception-2015-12-05-6726825d.pth')
+test_cfg = dict(type='TestLoop')
+max_iters = 400_000
+train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters + 1)
+optim_wrapper = dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-4, weight_decay=0.0))
+custom_hooks = [dict(type='EMAHook', ema_type='ExponentialMovingAverage', momentum=1e-4, update_buffers=True,
+                     priority=49),
+                dict(type='NonFiniteLossHook')]
+default_hooks = dict(
+    timer=dict(type='IterTimerHook'),
+    logger=dict(type='LoggerHook', interval=100),
+    param_scheduler=dict(type='ParamSchedulerHook'),
+    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=50_000, max_keep_ckpts=3),
+    sampler_seed=dict(type='DistSamplerSeedHook'))
+env_cfg = dict(cudnn_benchmark=False, mp_cfg=dict(mp_start_method='fork', opencv_num_threads=0),
+               dist_cfg=dict(backend='nccl'))
+log_processor = dict(by_epoch=False)
+log_level = 'INFO'
+load_from = None
+resume = False
+randomness = dict(seed=0)

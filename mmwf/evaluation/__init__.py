@@ -1,0 +1,12 @@
+"""Metrics of mmwf's tasks: FID and Inception Score of generated images."""
+from .generation import (
+                         FIDInception,
+                         GenerationMetric,
+                         feature_statistics,
+                         frechet_distance,
+                         inception_score,
+                         load_statistics,
+)
+
+__all__ = ['FIDInception', 'GenerationMetric', 'feature_statistics', 'frechet_distance', 'inception_score',
+           'load_statistics']

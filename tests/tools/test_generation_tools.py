@@ -1,0 +1,130 @@
+"""The generation pipeline end to end on small data the test makes: a tiny diffusers VAE, the latent cache tool and
+dataset, reference statistics, training and FID testing through tools/train.py / tools/test.py, sample.py's PNGs
+and ADM-format .npz, and the DiT checkpoint converter."""
+import argparse
+import json
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args):
+    res = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    return res.stdout
+
+
+@pytest.fixture(scope='module')
+def workspace(tmp_path_factory):
+    """Class folders of 32 x 32 shapes, a tiny AutoencoderKL (8x down, 4 latent channels) saved as a diffusers
+    folder, and a random FID Inception state dict."""
+    from diffusers import AutoencoderKL
+
+    from mmwf.datasets import generate
+    from mmwf.evaluation import FIDInception
+    root = tmp_path_factory.mktemp('gen')
+    generate(str(root / 'demo'), size=32, train=6, val=6, seed=0)
+    torch.manual_seed(0)
+    AutoencoderKL(block_out_channels=(8, 8, 8, 8), down_block_types=('DownEncoderBlock2D',) * 4,
+                  up_block_types=('UpDecoderBlock2D',) * 4, layers_per_block=1, latent_channels=4,
+                  norm_num_groups=4, sample_size=32).save_pretrained(root / 'vae')
+    inception = FIDInception()  # random weights, batch-norm statistics of shapes images (else features vanish)
+    for m in inception.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.momentum = None
+            m.reset_running_stats()
+    from mmwf.datasets import ClassFolderImages
+    images = ClassFolderImages(str(root / 'demo/cls/train'), 32, flip=False)
+    inception.net.train()
+    inception(torch.stack([images[i]['inputs'] for i in range(len(images))]))
+    torch.save(inception.net.state_dict(), root / 'inception.pth')
+    return root
+
+
+@pytest.mark.slow
+def test_latent_cache_holds_samples_of_each_image_and_its_flip(workspace):
+    from mmwf.datasets import ClassFolderImages, LatentCacheDataset
+    from mmwf.models.diffusion import FrozenVAE
+    out = run('tools/generation/extract_latents.py', workspace / 'demo/cls/train', workspace / 'cache', '--vae',
+              workspace / 'vae', '--size', 32, '--batch-size', 5, '--num-workers', 0)
+    assert 'latent cache of 12 images' in out
+    cache = LatentCacheDataset(str(workspace / 'cache'))
+    images = ClassFolderImages(str(workspace / 'demo/cls/train'), 32, flip=False)
+    assert len(cache) == 12 and cache.metainfo['classes'] == ('circle', 'square', 'triangle')
+    assert cache.latents.shape == (12, 2, 4, 4, 4) and cache.latents.dtype == np.float16
+    vae = FrozenVAE(str(workspace / 'vae'))
+    x = torch.stack([images[i]['inputs'] for i in range(12)]).float() / 127.5 - 1
+    for copy, view in ((0, x), (1, x.flip(-1))):
+        dist = vae.vae.encode(view).latent_dist
+        z = (torch.from_numpy(np.asarray(cache.latents[:, copy], dtype=np.float32)) / vae.scale - dist.mean) / dist.std
+        assert z.abs().max() < 6 and 0.5 < z.std() < 1.5  # a sample of this image's (or flip's) latent distribution
+    assert [cache[i]['labels'] for i in range(12)] == [images.items[i][1] for i in range(12)]
+    with pytest.raises(FileNotFoundError, match='extract_latents.py'):
+        LatentCacheDataset(str(workspace / 'nothing'))
+
+
+@pytest.mark.slow
+def test_train_then_fid_with_test_py_and_the_same_samples_through_sample_py(workspace, tmp_path):
+    config = tmp_path / 'tiny_gen.py'
+    config.write_text(f"""_base_ = '{ROOT}/configs/generation/wf_dit_s_2_in256.py'
+model = dict(denoiser=dict(arch=dict(_delete_=True, hidden_size=32, depth=3), input_size=4, num_classes=3),
+             vae_path='{workspace / 'vae'}', sampling_steps='3')
+train_dataloader = dict(batch_size=4, num_workers=0, persistent_workers=False,
+                        dataset=dict(_delete_=True, type='ClassFolderImages', root='{workspace / 'demo/cls/train'}',
+                                     size=32))
+test_dataloader = dict(batch_size=3, dataset=dict(num_samples=6, num_classes=3))
+test_evaluator = dict(reference='{tmp_path / 'ref.npz'}', inception='{workspace / 'inception.pth'}', is_splits=2)
+train_cfg = dict(max_iters=2)
+default_hooks = dict(checkpoint=dict(interval=2))
+env_cfg = dict(dist_cfg=dict(backend='gloo'))
+""")
+    run('tools/generation/fid_stats.py', workspace / 'demo/cls/val', tmp_path / 'ref.npz', '--inception',
+        workspace / 'inception.pth', '--size', 32)
+    run('tools/train.py', config, '--work-dir', tmp_path / 'work')
+    checkpoint = tmp_path / 'work' / 'iter_2.pth'
+    out = run('tools/test.py', config, checkpoint, '--work-dir', tmp_path / 'work', '--out-json', tmp_path / 'm.json')
+    metrics = json.loads((tmp_path / 'm.json').read_text())
+    fid = next(v for k, v in metrics.items() if k.endswith('FID'))
+    assert fid > 1 and 'gen/IS' in out
+    run('tools/generation/sample.py', config, checkpoint, '--num-samples', 6, '--batch-size', 3, '--out',
+        tmp_path / 'samples')
+    with np.load(tmp_path / 'samples' / 'samples_6.npz') as data:
+        assert data['arr_0'].shape == (6, 32, 32, 3) and data['arr_0'].dtype == np.uint8
+    assert len(list((tmp_path / 'samples').glob('*.png'))) == 6
+    run('tools/generation/fid_stats.py', tmp_path / 'samples' / 'samples_6.npz', tmp_path / 'fake.npz', '--inception',
+        workspace / 'inception.pth')
+    from mmwf.evaluation import frechet_distance, load_statistics
+    with warnings.catch_warnings():  # six samples of 2048-dim features: the product may be flagged singular
+        warnings.simplefilter('ignore', UserWarning)
+        same = frechet_distance(*load_statistics(str(tmp_path / 'fake.npz')),
+                                *load_statistics(str(tmp_path / 'ref.npz')))
+    assert same == pytest.approx(fid, rel=1e-3)  # the same six samples (seeds, labels, EMA weights) both ways
+
+
+def test_dit_checkpoint_converter(tmp_path):
+    from mmengine.config import Config
+
+    from mmwf.registry import MODELS
+    config = ROOT / 'configs/demo/wf_dit_gen_demo.py'
+    denoiser = MODELS.build(Config.fromfile(str(config)).model.denoiser)
+    ema = {k: v + 1 for k, v in denoiser.state_dict().items()}
+    torch.save(dict(model=denoiser.state_dict(), ema=ema, opt={}, args=argparse.Namespace(model='WF-DiT')),
+               tmp_path / '0400000.pt')
+    run('tools/model_converters/dit_to_mmwf.py', tmp_path / '0400000.pt', tmp_path / 'out.pth', '--config', config)
+    state = torch.load(tmp_path / 'out.pth', weights_only=True)['state_dict']
+    assert torch.equal(state['denoiser.blocks.1.linear1.w1'], ema['blocks.1.linear1.w1'])
+    model = MODELS.build(Config.fromfile(str(config)).model)
+    model.load_state_dict(state)  # strict
+    res = subprocess.run([sys.executable, 'tools/model_converters/dit_to_mmwf.py', str(tmp_path / '0400000.pt'),
+                          str(tmp_path / 'bad.pth'), '--config', str(ROOT / 'configs/demo/dit_gen_demo.py')],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode != 0 and re.search(r'does not match the denoiser of .*\(DiT\)', res.stderr)
+    assert 'missing keys' in res.stderr and not (tmp_path / 'bad.pth').exists()
