@@ -20,10 +20,12 @@ def linear_betas(num_timesteps: int) -> torch.Tensor:
     return torch.linspace(scale * 1e-4, scale * 0.02, num_timesteps, dtype=torch.float64)
 
 
-def space_timesteps(num_timesteps: int, section_counts: str | Sequence[int]) -> list[int]:
+def space_timesteps(num_timesteps: int, section_counts: int | str | Sequence[int]) -> list[int]:
     """IDDPM's respacing: the steps kept from each of ``len(section_counts)`` equal sections of the process, a section
     of ``size`` steps giving ``count`` steps ``round(k (size - 1) / (count - 1))`` (accumulated in floating point and
     rounded half to even, as the reference does); ``'ddimN'`` takes the integer stride that gives N steps."""
+    if isinstance(section_counts, int):  # e.g. sampling_steps=250 from the command line
+        section_counts = [section_counts]
     if isinstance(section_counts, str):
         if section_counts.startswith('ddim'):
             count = int(section_counts[4:])
@@ -104,7 +106,7 @@ class GaussianDiffusion:
         self.posterior_mean_coef1 = betas * self.alphas_cumprod_prev.sqrt() / (1.0 - self.alphas_cumprod)
         self.posterior_mean_coef2 = (1.0 - self.alphas_cumprod_prev) * alphas.sqrt() / (1.0 - self.alphas_cumprod)
 
-    def respaced(self, section_counts: str | Sequence[int]) -> GaussianDiffusion:
+    def respaced(self, section_counts: int | str | Sequence[int]) -> GaussianDiffusion:
         """The process on the steps of :func:`space_timesteps` (e.g. ``'250'``): beta'_i = 1 - abar_{s_i} /
         abar_{s_(i-1)}, so that abar is unchanged at the kept steps."""
         kept = space_timesteps(self.num_timesteps, section_counts)

@@ -46,7 +46,7 @@ class LatentDiffusion(BaseModel):
             (samples are the diffusion data). Defaults to None.
         latent_scale (float): the VAE latent scaling. Defaults to 0.18215.
         num_timesteps (int): training steps of the linear schedule. Defaults to 1000.
-        sampling_steps (str): respacing for sampling (:func:`~mmwf.models.diffusion.space_timesteps`). Defaults
+        sampling_steps (int | str): respacing for sampling (:func:`~mmwf.models.diffusion.space_timesteps`). Defaults
             to ``'250'`` (DiT's FID runs).
         cfg_scale (float): classifier-free guidance at sampling; 1.0 is none (Table 7). Defaults to 1.0.
         sample_seed (int): the noise of each sampled batch is seeded from it, the process rank and the samples drawn
@@ -56,7 +56,7 @@ class LatentDiffusion(BaseModel):
     """
 
     def __init__(self, denoiser: dict, vae_path: str | None = None, latent_scale: float = LATENT_SCALE,
-                 num_timesteps: int = 1000, sampling_steps: str = '250', cfg_scale: float = 1.0,
+                 num_timesteps: int = 1000, sampling_steps: int | str = '250', cfg_scale: float = 1.0,
                  sample_seed: int = 0, data_preprocessor: dict | None = None, init_cfg: dict | None = None) -> None:
         super().__init__(data_preprocessor=data_preprocessor or dict(type='GenerationDataPreprocessor'),
                          init_cfg=init_cfg)

@@ -77,7 +77,7 @@ def test_discretised_likelihood_is_the_bin_mass_of_the_gaussian():
 
 
 def test_respacing_keeps_the_cumulative_products_at_the_kept_steps():
-    assert space_timesteps(10, '4') == [0, 3, 6, 9]
+    assert space_timesteps(10, '4') == space_timesteps(10, 4) == [0, 3, 6, 9]
     assert space_timesteps(1000, 'ddim50') == list(range(0, 1000, 20))
     assert space_timesteps(300, '10,15,20')[:3] == [0, 11, 22] and len(space_timesteps(300, '10,15,20')) == 45
     kept = space_timesteps(1000, '250')
