@@ -68,6 +68,7 @@ def generation_demo(args) -> str:
 
     from mmwf.analysis.generation import classifier_measures, load_class_folder, save_grid, train_classifier
     from mmwf.registry import MODELS
+    from mmwf.utils.checkpoint import load_state_dict_file, load_strict
     work_dir, root = osp.join(args.work_dir, 'gen'), osp.join(args.data_root, 'cls')
     os.makedirs(work_dir, exist_ok=True)
     start, checkpoints = time.time(), {}
@@ -95,8 +96,7 @@ def generation_demo(args) -> str:
         cfg = Config.fromfile(osp.join(ROOT, config))
         cfg.merge_from_dict({k: DictAction._parse_iterable(v) for k, v in (o.split('=', 1) for o in args.cfg_options)})
         model = MODELS.build(cfg.model)
-        state = torch.load(checkpoints[name], map_location='cpu', weights_only=True)['state_dict']  # the EMA weights
-        model.load_state_dict(state)
+        load_strict(model, load_state_dict_file(checkpoints[name]), checkpoints[name])  # its state_dict: EMA weights
         model.eval()
         samples = torch.cat([s['fake_img'][None] for s in model.predict(labels)])
         m = classifier_measures(classifier, samples, labels, real, real_labels)

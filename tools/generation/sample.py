@@ -17,7 +17,7 @@ from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
 
 from mmwf.registry import DATASETS, MODELS
-from mmwf.utils.checkpoint import atomic_write
+from mmwf.utils.checkpoint import atomic_write, load_state_dict_file, load_strict
 
 
 def main() -> None:
@@ -40,8 +40,7 @@ def main() -> None:
     if args.cfg_scale is not None:
         cfg.model.cfg_scale = args.cfg_scale
     model = MODELS.build(cfg.model)
-    state = torch.load(args.checkpoint, map_location='cpu', weights_only=True)
-    model.load_state_dict(state.get('state_dict', state))  # strict
+    load_strict(model, load_state_dict_file(args.checkpoint), args.checkpoint)
     model.to(args.device).eval()
     labels = DATASETS.build(dict(cfg.test_dataloader.dataset, num_samples=args.num_samples)).labels
     os.makedirs(args.out, exist_ok=True)

@@ -15,7 +15,7 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 from mmwf.registry import MODELS
-from mmwf.utils.checkpoint import atomic_save, mismatch_lines
+from mmwf.utils.checkpoint import atomic_save, state_dict_mismatch
 
 
 def main() -> None:
@@ -38,13 +38,10 @@ def main() -> None:
     cfg = Config.fromfile(args.config)
     init_default_scope(cfg.get('default_scope', 'mmengine'))
     denoiser = MODELS.build(cfg.model.denoiser)
-    own = denoiser.state_dict()
-    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
-    shapes = [f'{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(own[k].shape)}'
-              for k in own if k in state and state[k].shape != own[k].shape]
-    if missing or unexpected or shapes:
+    problems = state_dict_mismatch(denoiser.state_dict(), state)
+    if problems:
         raise SystemExit(f'{args.src} does not match the denoiser of {args.config} ({type(denoiser).__name__}):\n'
-                         + '\n'.join(mismatch_lines(missing, unexpected, shapes))
+                         + '\n'.join(problems)
                          + '\nuse the config of the model it was trained as (arch, patch size, input size)')
     atomic_save(dict(state_dict={f'denoiser.{k}': v for k, v in state.items()},
                      meta=dict(converted_from=args.src, weights=args.weights)), args.dst)

@@ -120,11 +120,6 @@ class GaussianDiffusion:
         out = values.to(t.device)[t].to(like.dtype)
         return out.view(-1, *([1] * (like.dim() - 1)))
 
-    def q_mean_variance(self, x_start: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and variance of q(x_t | x_0)."""
-        acp = self._at(self.alphas_cumprod, t, x_start)
-        return acp.sqrt() * x_start, (1.0 - acp).expand_as(x_start)
-
     def q_sample(self, x_start: torch.Tensor, t: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         """x_t = sqrt(abar_t) x_0 + sqrt(1 - abar_t) noise."""
         acp = self._at(self.alphas_cumprod, t, x_start)
