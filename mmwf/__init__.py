@@ -1,15 +1,17 @@
 """mmwf: attention-free, linear-time vision backbones for OpenMMLab.
 
 ``import mmwf`` (or ``custom_imports = dict(imports=['mmwf'])`` in a config) checks the installed stack (and
-warns, never raises: the train / test tools refuse a broken stack), makes mmengine checkpoints load
-weights-only, and registers every public module in mmengine's root registries, so any MMLab project finds them
-under its own default scope. ``mmwf.analysis`` (counting, benchmarks) is imported by the tools that use it.
+warns, never raises: the train / test tools refuse a broken stack) and registers mmwf's modules under their own
+names. It changes nothing else in the process: mmengine's checkpoint loaders and file backends, torch's
+weights-only allow-list and every existing registry entry stay as they were. What mmwf guarantees for checkpoints
+(weights-only reads, strict loads, atomic writes) it does in its own runs (hooks its configs select), tools and
+functions; :func:`mmwf.utils.enable_safe_mmengine_checkpoints` opts the whole process in. ``mmwf.analysis``
+(counting, benchmarks) is imported by the tools that use it.
 """
-from .utils import check_stack, enable_safe_mmengine_checkpoints
+from .utils import check_stack
 from .version import __version__
 
 check_stack(warn=True)
-enable_safe_mmengine_checkpoints()
 
 from . import datasets, engine, evaluation, models  # noqa: E402  (registers modules)
 

@@ -14,6 +14,7 @@ import argparse
 import difflib
 from pathlib import Path
 
+import torch.nn as nn
 from mmengine.config import Config
 
 CONFIG_ROOT = Path(__file__).resolve().parent / '.mim' / 'configs'
@@ -78,6 +79,27 @@ def export_config(name: str, dest: str | Path) -> Path:
     out = dest / source.name
     Config.fromfile(str(source)).dump(str(out))
     return out
+
+
+def task_model_config(config: str):
+    """An mmdet / mmseg / mmpretrain config file adapted to this device (:func:`mmwf.utils.adapt_to_device`) and the
+    config of the network it tests, with random backbone weights (``init_cfg`` dropped): ``model``, or its
+    ``student`` under AttentionDistiller (the teacher is training-only). Returns ``(cfg, model_cfg)``."""
+    from mmwf.utils import adapt_to_device
+    cfg = Config.fromfile(config)
+    adapt_to_device(cfg)
+    model_cfg = cfg.model.get('student', cfg.model)
+    model_cfg.backbone.pop('init_cfg', None)
+    return cfg, model_cfg
+
+
+def build_task_model(scope: str, model_cfg) -> nn.Module:
+    """``model_cfg`` built by the registry of ``scope`` (``'mmdet'``, ``'mmseg'``), that scope made the default."""
+    from importlib import import_module
+
+    from mmengine.registry import init_default_scope
+    init_default_scope(scope)
+    return import_module(f'{scope}.registry').MODELS.build(model_cfg)
 
 
 def main(argv: list[str] | None = None) -> None:

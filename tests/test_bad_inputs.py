@@ -14,19 +14,20 @@ from types import SimpleNamespace
 import pytest
 import torch
 from mmengine.config import Config
-from mmengine.runner import CheckpointLoader
+from mmengine.runner import Runner
 from safetensors.torch import save_file
 
 import mmwf  # noqa: F401
 from mmwf.configs import config_file, export_config
-from mmwf.datasets import CheckAnnotations, check_classes
-from mmwf.engine import StrictRunner
+from mmwf.datasets import CheckAnnotations, check_classes, check_dataset_paths, configure_annotation_checks
 from mmwf.engine.hooks import NonFiniteLossHook, ShowPredictionsHook
+from mmwf.engine.launch import named_annotation_errors
 from mmwf.models.backbones import DeiT, WeightFormer
+from mmwf.models.distillers import student_checkpoint
 from mmwf.models.necks import SimpleFeaturePyramid
 from mmwf.models.transfer import transfer_softmax_weights
-from mmwf.utils import CheckpointError, UnsafeCheckpointError, check_dataset_paths, load_state_dict_file
-from mmwf.utils.checkpoint import CheckpointMismatchError, student_checkpoint
+from mmwf.utils import CheckpointError, UnsafeCheckpointError, load_state_dict_file
+from mmwf.utils.checkpoint import CheckpointMismatchError
 from tests.toy import ToyData, ToyModel, make_runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,14 +125,14 @@ def cascade_head_with_resampling() -> None:
 
 def toy_checkpoint(tmp: Path) -> Path:
     """iter_3.pth of a toy run (a 4 -> 1 linear model; its dataset's classes: ('sum',))."""
-    make_runner(tmp / 'toy', 3, StrictRunner).train()
+    make_runner(tmp / 'toy', 3).train()
     return tmp / 'toy' / 'iter_3.pth'
 
 
 def toy_load(tmp: Path, model: torch.nn.Module | None = None, checkpoint: Path | None = None, **kwargs) -> Callable:
     """Train a toy runner loading ``checkpoint`` (``load_from``, or resumed with ``resume=True``)."""
     path = checkpoint or toy_checkpoint(tmp)
-    return make_runner(tmp / 'run', 6, StrictRunner, model=model, load_from=str(path), **kwargs).train
+    return make_runner(tmp / 'run', 6, model=model, load_from=str(path), **kwargs).train
 
 
 def saved(tmp: Path, state: dict, name: str) -> Path:
@@ -159,21 +160,41 @@ def toy_test_with_other_classes(tmp: Path) -> Callable:
     checkpoint = toy_checkpoint(tmp)
     loader = dict(dataset=OtherClasses(), sampler=dict(type='DefaultSampler', shuffle=False), batch_size=4,
                   num_workers=0, collate_fn=dict(type='default_collate'))
-    return make_runner(tmp / 'test', 1, StrictRunner, load_from=str(checkpoint), test_dataloader=loader,
+    return make_runner(tmp / 'test', 1, load_from=str(checkpoint), test_dataloader=loader,
                        test_cfg=dict(), test_evaluator=dict(type='DumpResults', out_file_path=str(tmp / 'r.pkl'))).test
 
 
-def truncated_coco(tmp: Path) -> Callable:
+def coco_build(tmp: Path, text: str) -> Callable:
+    """Build a data loader over a COCO file with ``text`` as a run does (mmwf's tools name what is wrong with it)."""
     from mmengine.registry import init_default_scope
-    (tmp / 'ann.json').write_text(json.dumps({'images': [{'id': 1, 'file_name': 'a.jpg', 'width': 8, 'height': 8}],
-                                              'annotations': [], 'categories': [{'id': 1, 'name': 'circle'}]})[:60])
+    (tmp / 'ann.json').write_text(text)
+    loader = dict(dataset=dict(type='CocoDataset', data_root=str(tmp), ann_file='ann.json', data_prefix=dict(img=''),
+                               metainfo=dict(classes=('circle',)), pipeline=[]),
+                  sampler=dict(type='DefaultSampler', shuffle=False), batch_size=1)
 
     def build():
         init_default_scope('mmdet')
-        StrictRunner.build_dataloader(dict(dataset=dict(type='CocoDataset', data_root=str(tmp), ann_file='ann.json',
-                                                        data_prefix=dict(img=''), pipeline=[]),
-                                           sampler=dict(type='DefaultSampler', shuffle=False), batch_size=1))
+        with named_annotation_errors(Config(dict(train_dataloader=loader))):
+            Runner.build_dataloader(loader)
     return build
+
+
+COCO = {'images': [{'id': 1, 'file_name': 'a.jpg', 'width': 8, 'height': 8}], 'annotations': [],
+        'categories': [{'id': 1, 'name': 'circle'}]}
+
+
+def truncated_coco(tmp: Path) -> Callable:
+    return coco_build(tmp, json.dumps(COCO)[:60])
+
+
+def coco_annotation_of_an_unknown_category(tmp: Path) -> Callable:
+    """mmdet builds the dataset and drops the annotation; the run's dataset check names it."""
+    from mmdet.datasets import CocoDataset
+    ann = {'id': 7, 'image_id': 1, 'category_id': 5, 'bbox': [0, 0, 4, 4], 'area': 16, 'iscrowd': 0}
+    (tmp / 'ann.json').write_text(json.dumps({**COCO, 'annotations': [ann]}))
+    dataset = CocoDataset(data_root=str(tmp), ann_file='ann.json', data_prefix=dict(img=''), pipeline=[],
+                          metainfo=dict(classes=('circle',)))
+    return lambda: check_classes({'train': dataset}, torch.nn.Module())
 
 
 def class_folders(tmp: Path, split: str, classes: tuple[str, ...]):
@@ -234,8 +255,9 @@ def label_beyond_classes(tmp: Path) -> Callable:
 
     def read():
         init_default_scope('mmseg')
-        loader = StrictRunner.build_dataloader(dict(dataset=dataset, batch_size=2, num_workers=1,
-                                                    sampler=dict(type='DefaultSampler', shuffle=False)))
+        loader = Runner.build_dataloader(dict(dataset=dataset, batch_size=2, num_workers=1,
+                                              sampler=dict(type='DefaultSampler', shuffle=False)))
+        configure_annotation_checks(loader.dataset)  # as DatasetCheckHook does before the workers start
         next(iter(loader))
     return read
 
@@ -244,7 +266,7 @@ def unreachable_url(tmp: Path) -> Callable:
     def load():
         os.environ['TORCH_HOME'] = str(tmp)
         try:
-            CheckpointLoader.load_checkpoint('http://127.0.0.1:9/deit_tiny.pth')  # port 9: nothing listens
+            load_state_dict_file('http://127.0.0.1:9/deit_tiny.pth')  # port 9: nothing listens
         finally:
             del os.environ['TORCH_HOME']
     return load
@@ -310,8 +332,6 @@ CASES = [
       'blocks.0.dwc.weight: checkpoint (48, 1, 3, 3) vs model (32, 1, 3, 3)']),
     ('truncated teacher / transfer checkpoint', lambda t: lambda: transfer_softmax_weights(
         DeiT(TINY_DEIT), str(truncated(t)), 'copy'), CheckpointError, ['half.pth', 'truncated or damaged']),
-    ('truncated checkpoint to resume', lambda t: lambda: CheckpointLoader.load_checkpoint(str(truncated(t))),
-     CheckpointError, ['half.pth', 'truncated or damaged']),
     # checkpoints of another model, at test / load_from and resume
     ('test checkpoint of another model', lambda t: toy_load(t, ToyModel(3)), CheckpointMismatchError,
      ['iter_3.pth', 'does not match the model of this config (ToyModel); the run stops before the first batch',
@@ -340,7 +360,7 @@ CASES = [
      ["'det.pth' is not a distiller checkpoint", "no 'student.' keys", 'backbone.*']),
     ('unreachable checkpoint URL', unreachable_url, FileNotFoundError,
      ["cannot download checkpoint 'http://127.0.0.1:9/deit_tiny.pth'", 'download the file yourself']),
-    ('unknown torchvision checkpoint', lambda t: lambda: CheckpointLoader.load_checkpoint('torchvision://resnet5O'),
+    ('unknown torchvision checkpoint', lambda t: lambda: load_state_dict_file('torchvision://resnet5O'),
      KeyError, ['torchvision://resnet5O is not a checkpoint mmengine knows', 'did you mean resnet50 or']),
     # datasets
     ('COCO not downloaded', lambda t: missing_dataset('configs/cascade_wf_t_coco.py'), FileNotFoundError,
@@ -352,6 +372,9 @@ CASES = [
     ('truncated COCO annotation file', truncated_coco, ValueError,
      ["cannot read annotation file '", "ann.json' (60 bytes): Unterminated string", 'at line 1, column 57',
       'download or copy it again']),
+    ('COCO annotation of a category the file does not list', coco_annotation_of_an_unknown_category, ValueError,
+     ["ann.json': annotation 7 has category_id 5, which is not among its categories (1 listed)",
+      'Add the missing entry']),
     ('label map of another size than its image', lambda t: annotations(
         ori_shape=(64, 64), gt_seg_map=torch.zeros(64, 48, dtype=torch.uint8).numpy()), ValueError,
      ["label map 'a.png' is 48 x 64 (W x H) but its image 'a.jpg' is 64 x 64", 'export it again at that size']),

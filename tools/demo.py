@@ -125,7 +125,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from mmwf.datasets import generate
-    from mmwf.models import write_softmax_stand_in
+    from mmwf.demo import write_softmax_stand_in
     from mmwf.utils import check_stack
     check_stack(require_mmcv_ops=True)
 

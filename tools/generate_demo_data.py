@@ -7,7 +7,7 @@ import argparse
 import os.path as osp
 
 from mmwf.datasets import generate
-from mmwf.models import write_softmax_stand_in
+from mmwf.demo import write_softmax_stand_in
 
 
 def main() -> None:

@@ -19,8 +19,9 @@ import os.path as osp
 
 from tool_args import add_runner_args, load_tool_config
 
-import mmwf  # noqa: F401  (registers modules, weights-only checkpoints)
-from mmwf.utils import build_runner, check_stack, close_distributed
+import mmwf  # noqa: F401  (registers modules)
+from mmwf.engine.launch import build_runner, named_annotation_errors
+from mmwf.utils import check_stack, close_distributed
 
 
 def parse_args() -> argparse.Namespace:
@@ -47,10 +48,11 @@ def main() -> None:
         cfg.custom_hooks = [*cfg.get('custom_hooks', []), dict(
             type='ShowPredictionsHook', out_dir=osp.abspath(args.show_dir), max_images=args.show_max)]
     try:
-        runner = build_runner(cfg, ('test',))
-        if not args.checkpoint:  # the Runner initialises weights only for training
-            getattr(runner.model, 'module', runner.model).init_weights()
-        metrics = runner.test()
+        with named_annotation_errors(cfg):
+            runner = build_runner(cfg, ('test',))
+            if not args.checkpoint:  # the Runner initialises weights only for training
+                getattr(runner.model, 'module', runner.model).init_weights()
+            metrics = runner.test()
     finally:
         close_distributed()
     if args.out_json and runner.rank == 0:

@@ -7,14 +7,17 @@ import argparse
 
 from tool_args import add_runner_args, load_tool_config
 
-import mmwf  # noqa: F401  (registers modules, weights-only checkpoints)
-from mmwf.utils import build_runner, check_stack, close_distributed
+import mmwf  # noqa: F401  (registers modules)
+from mmwf.engine import resume_checkpoint
+from mmwf.engine.launch import build_runner, named_annotation_errors
+from mmwf.utils import check_stack, close_distributed
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Train a model with mmwf backbones')
     parser.add_argument('config', help='config file')
-    parser.add_argument('--resume', nargs='?', const='auto', help='resume from CKPT, or the latest one')
+    parser.add_argument('--resume', nargs='?', const='auto',
+                        help="resume from CKPT, or the run's last checkpoint (past a damaged one, within the run)")
     add_runner_args(parser)
     return parser.parse_args()
 
@@ -23,12 +26,18 @@ def main() -> None:
     args = parse_args()
     check_stack(require_mmcv_ops=True)
     cfg = load_tool_config(args)
+    notes = []
     if args.resume == 'auto':
-        cfg.resume, cfg.load_from = True, None
+        path, notes = resume_checkpoint(cfg.work_dir)
+        cfg.resume, cfg.load_from = path is not None, path
     elif args.resume:
         cfg.resume, cfg.load_from = True, args.resume
     try:
-        build_runner(cfg, ('train', 'val')).train()
+        with named_annotation_errors(cfg):
+            runner = build_runner(cfg, ('train', 'val'))
+            for line in notes:
+                runner.logger.warning(line)
+            runner.train()
     finally:
         close_distributed()
 

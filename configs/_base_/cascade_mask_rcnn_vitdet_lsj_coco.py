@@ -3,9 +3,8 @@
 # SimpleFeaturePyramid, 2-conv RPN, three 4conv1fc cascade box heads and one 4-conv mask head with LayerNorm2d
 # (ViTDetCascadeRoIHead), L1 box losses, LSJ 1024 x 1024, AdamW + layer-wise lr decay, 100 epochs.
 # A backbone config sets model.backbone and model.neck.in_channels.
-_base_ = ['mmdet::_base_/models/cascade-mask-rcnn_r50_fpn.py', 'mmdet::common/lsj-100e_coco-instance.py']
-custom_imports = dict(imports=['mmwf'], allow_failed_imports=False)
-runner_type = 'StrictRunner'  # strict checkpoint loading, resume past damaged checkpoints, dataset checks
+_base_ = ['mmdet::_base_/models/cascade-mask-rcnn_r50_fpn.py', 'mmdet::common/lsj-100e_coco-instance.py',
+          './mmwf_runtime.py']
 
 image_size = (1024, 1024)
 norm_cfg = dict(type='LayerNorm2d', eps=1e-6, requires_grad=True)
@@ -90,7 +89,8 @@ param_scheduler = [
     dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=251),
     dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[163889, 177546], gamma=0.1),
 ]
-default_hooks = dict(logger=dict(interval=20), checkpoint=dict(by_epoch=False, interval=5000, max_keep_ckpts=2))
+default_hooks = dict(logger=dict(interval=20), checkpoint=dict(by_epoch=False, interval=5000, max_keep_ckpts=2),
+                     **_base_.mmwf_hooks)
 log_processor = dict(by_epoch=False)
 custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf loss, naming the terms
 auto_scale_lr = dict(enable=False, base_batch_size=64)

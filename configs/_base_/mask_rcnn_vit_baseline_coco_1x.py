@@ -4,9 +4,7 @@
 # 12 epochs, batch 16, AdamW 1e-4 / 0.05 without layer decay, fp32, no clipping. docs/protocol.md gives each
 # setting's reference file and line. A config of the study sets the attention operator and the ImageNet-stage weights.
 _base_ = ['mmdet::_base_/models/mask-rcnn_r50_fpn.py', 'mmdet::_base_/datasets/coco_instance.py',
-          'mmdet::_base_/schedules/schedule_1x.py', 'mmdet::_base_/default_runtime.py']
-custom_imports = dict(imports=['mmwf'], allow_failed_imports=False)
-runner_type = 'StrictRunner'  # strict checkpoint loading, resume past damaged checkpoints, dataset checks
+          'mmdet::_base_/schedules/schedule_1x.py', 'mmdet::_base_/default_runtime.py', './mmwf_runtime.py']
 
 # the last checkpoint of an ImageNet-1K stage run (configs/linear_attention/cls_*_in1k.py, 300 epochs)
 imagenet_stage = 'work_dirs/{}/epoch_300.pth'
@@ -24,4 +22,5 @@ optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
     paramwise_cfg=dict(custom_keys={'pos_embed': dict(decay_mult=0.0), 'norm': dict(decay_mult=0.0),
                                     'bias': dict(decay_mult=0.0)}))
+default_hooks = dict(**_base_.mmwf_hooks)
 custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf loss, naming the terms

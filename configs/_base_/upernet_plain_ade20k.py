@@ -5,9 +5,7 @@
 # iterations and reported at the best mIoU.
 # A backbone config sets model.backbone, the channels of the neck and heads, and the number of layers.
 _base_ = ['mmseg::_base_/models/upernet_r50.py', 'mmseg::_base_/datasets/ade20k.py',
-          'mmseg::_base_/default_runtime.py']
-custom_imports = dict(imports=['mmwf'], allow_failed_imports=False)
-runner_type = 'StrictRunner'  # strict checkpoint loading, resume past damaged checkpoints, dataset checks
+          'mmseg::_base_/default_runtime.py', './mmwf_runtime.py']
 
 crop_size = (512, 512)
 norm_cfg = dict(type='SyncBN', requires_grad=True)
@@ -42,6 +40,7 @@ default_hooks = dict(
     checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=1000, max_keep_ckpts=4, save_best='mIoU',
                     rule='greater'),
     sampler_seed=dict(type='DistSamplerSeedHook'),
-    visualization=dict(type='SegVisualizationHook'))
+    visualization=dict(type='SegVisualizationHook'),
+    **_base_.mmwf_hooks)
 log_processor = dict(by_epoch=False)
 custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf loss, naming the terms

@@ -1,5 +1,7 @@
 """Analysis of backbones and their task models: params / FLOPs, effective receptive field, dynamic strength, and the
 workloads the benchmark tools time. Not imported by ``import mmwf``: the tools import what they use."""
+from mmwf.configs import build_task_model, task_model_config
+
 from .complexity import (
                          classifier_counts,
                          count_flops,
@@ -13,7 +15,6 @@ from .dynamic_strength import dynamic_layers, dynamic_strength, save_strength_pn
 from .erf import area_ratio, effective_receptive_field, outside_fraction, save_erf_png
 from .images import DEMO_IMAGES, load_images
 from .models import CLASSIFIER_CONFIGS, Classifier, backbone_config, build_backbone, build_classifier, classifier_config
-from .task_models import build_task_model, task_model_config
 from .workload import MODES, Workload
 
 __all__ = ['flop_analyzer', 'count_flops', 'released_order', 'classifier_counts', 'task_model_counts', 'crop_size',

@@ -65,8 +65,9 @@ def params_m(module: nn.Module) -> float:
 def classifier_counts(spec: str, shape: tuple[int, int], our_order: bool = False) -> tuple[float, float]:
     """(params M, GFLOPs) of an ImageNet classifier given by name (:func:`mmwf.analysis.models.classifier_config`)
     or by mmpretrain config (its backbone with ``out_type='logits'`` holds the head), on a (1, 3, *shape) input."""
+    from mmwf.configs import task_model_config
+
     from .models import Classifier, build_classifier
-    from .task_models import task_model_config
     if osp.isfile(spec):
         from mmwf.registry import MODELS
         model = Classifier(MODELS.build(dict(task_model_config(spec)[1].backbone))).eval()
@@ -102,7 +103,9 @@ def task_model_counts(config: str, shape: tuple[int, int], our_order: bool = Fal
     threshold is lowered to keep that many; 0 runs none), and ``'whole (no mask head)'`` is its total without the
     mask head (the paper's Table 4 totals: backbone, pyramid, RPN, the box heads on the proposals). One trace of the
     whole model; the parts are its modules' shares."""
-    from .task_models import build_task_model, det_samples, task_model_config
+    from mmwf.configs import build_task_model, task_model_config
+
+    from .task_models import det_samples
     cfg, model_cfg = task_model_config(config)
     detector = cfg.default_scope == 'mmdet'
     if detector:

@@ -7,7 +7,7 @@ import os.path as osp
 import torch
 import torch.nn as nn
 
-from mmwf.utils.checkpoint import load_pretrained
+from mmwf.models.initializers import load_pretrained
 
 # classifier names -> the ImageNet configs whose metafile entries hold the paper's counts (Table 3)
 CLASSIFIER_CONFIGS = {'wf-t': 'weightformer_t_in1k', 'wf-s': 'weightformer_s_in1k', 'deit-t': 'deit_t_softmax_in1k',

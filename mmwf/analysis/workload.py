@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 from mmengine.optim import build_optim_wrapper
 
-from .task_models import build_task_model, task_model_config
+from mmwf.configs import build_task_model, task_model_config
 
 MODES = ('train backbone+neck', 'train whole', 'inference')
 

@@ -3,10 +3,11 @@
 - :func:`check_classes`: the class lists of the train / val / test datasets agree with each other, with every
   head's ``num_classes`` and with the classes a checkpoint was trained on; a COCO file has every class the dataset
   names.
-- :class:`CheckAnnotations`: a pipeline step after ``LoadAnnotations`` (the tools insert it,
-  :func:`insert_annotation_checks`): a label map has its image's size and only values of the dataset's classes; an
-  image has the size its annotation file gives.
+- :class:`CheckAnnotations`: a pipeline step after ``LoadAnnotations`` (:func:`configure_annotation_checks` puts it
+  there when a run starts): a label map has its image's size and only values of the dataset's classes; an image has
+  the size its annotation file gives.
 - :func:`annotation_file_error`: which annotation file of a dataloader is not valid JSON, with line and column.
+- :func:`check_dataset_paths`: the dataset folders and files of a config exist, else where to get them.
 
 Only mmengine and numpy are needed: the checks read what mmdet / mmseg / mmpretrain datasets and heads expose.
 """
@@ -112,14 +113,23 @@ def head_class_counts(model: nn.Module) -> dict[str, int]:
 
 
 def check_coco_categories(dataset: object) -> None:
-    """Every class a COCO-format dataset names is a category of its annotation file: mmdet looks the classes up by
-    name and silently drops those it does not find."""
+    """A COCO-format dataset's annotation file defines what its annotations refer to (mmdet silently drops an
+    annotation of an unlisted category), and every class the dataset names is one of its categories (mmdet looks the
+    classes up by name and silently drops those it does not find). Reads the file once more: mmdet keeps only the
+    ids it found."""
     for ds in leaf_datasets(dataset):
         cat_ids, classes, ann = getattr(ds, 'cat_ids', None), classes_of(ds), getattr(ds, 'ann_file', '')
-        if cat_ids is None or not classes or len(cat_ids) >= len(classes) or not str(ann).endswith('.json'):
+        if cat_ids is None or not str(ann).endswith('.json') or not osp.isfile(ann):
             continue
-        with open(ann, encoding='utf-8') as f:  # mmdet keeps only the ids it found: read the names once more
-            found = [str(c['name']) for c in json.load(f).get('categories', [])]
+        with open(ann, encoding='utf-8') as f:
+            content = json.load(f)
+        entry = coco_entry_error(ann, content)
+        if entry:
+            raise ValueError(f'annotation file {ann!r}: {entry}. Add the missing entry to the file or remove the '
+                             'annotation.')
+        if not classes or len(cat_ids) >= len(classes):
+            continue
+        found = [str(c['name']) for c in content.get('categories', [])]
         absent = [c for c in classes if c not in found]
         raise ValueError(f'annotation file {ann!r} has no category named {_names(absent)} ({len(absent)} of the '
                          f"dataset's {len(classes)} classes); its categories are {_names(found)}. Set the dataset's "
@@ -177,6 +187,23 @@ def annotation_files(cfg: dict | list) -> list[str]:
         metrics = metrics if isinstance(metrics, (list, tuple)) else [metrics]
         paths = [m['ann_file'] for m in metrics if isinstance(m, dict) and m.get('ann_file')]
     return [p for p in paths if str(p).endswith('.json')]
+
+
+def coco_entry_error(path: str, content: object) -> str | None:
+    """What in a COCO-format annotation file refers to something the file does not define: an annotation of an
+    image or a category it does not list (mmdet drops the one and fails on the other with a bare ``KeyError``)."""
+    if not isinstance(content, dict) or not {'images', 'annotations', 'categories'} <= set(content):
+        return None
+    images = {i.get('id') for i in content['images'] if isinstance(i, dict)}
+    categories = {c.get('id') for c in content['categories'] if isinstance(c, dict)}
+    for ann in content['annotations']:
+        if not isinstance(ann, dict):
+            continue
+        for key, known, listed in (('image_id', images, 'images'), ('category_id', categories, 'categories')):
+            if ann.get(key) not in known:
+                return (f'annotation {ann.get("id")!r} has {key} {ann.get(key)!r}, which is not among its {listed} '
+                        f'({len(known)} listed)')
+    return None
 
 
 def annotation_file_error(cfg: dict | list) -> ValueError | None:
@@ -260,18 +287,61 @@ class CheckAnnotations:
         return f'{type(self).__name__}(num_classes={self.num_classes}, ignore_index={self.ignore_index})'
 
 
-def insert_annotation_checks(cfg: dict) -> int:
-    """Put :class:`CheckAnnotations` after every ``LoadAnnotations`` of the train / val / test pipelines of a config
-    (once); returns how many were added."""
+def configure_annotation_checks(dataset: object, ignore_index: int | None = None) -> int:
+    """Put a :class:`CheckAnnotations` step after every ``LoadAnnotations`` of a built dataset's pipelines (where
+    there is none) and give each the dataset's class count (and the heads' ignore index): before the loader's
+    workers start, which copy the pipeline as it is then. Returns how many steps were added."""
+    classes = (getattr(dataset, 'metainfo', None) or {}).get('classes')
     added = 0
-    for split in ('train', 'val', 'test'):
-        for ds in dataset_configs(cfg.get(f'{split}_dataloader') or {}):
-            pipeline = ds.get('pipeline') or []
-            for i in range(len(pipeline) - 1, -1, -1):
-                step = pipeline[i]
-                following = pipeline[i + 1] if i + 1 < len(pipeline) else {}
-                if (isinstance(step, dict) and step.get('type') == 'LoadAnnotations'
-                        and not (isinstance(following, dict) and following.get('type') == 'CheckAnnotations')):
-                    pipeline.insert(i + 1, dict(type='CheckAnnotations'))
-                    added += 1
+    for leaf in leaf_datasets(dataset):
+        steps = getattr(getattr(leaf, 'pipeline', None), 'transforms', None)
+        if not isinstance(steps, list):
+            continue
+        for i in range(len(steps) - 1, -1, -1):
+            following = steps[i + 1] if i + 1 < len(steps) else None
+            if type(steps[i]).__name__ == 'LoadAnnotations' and not isinstance(following, CheckAnnotations):
+                steps.insert(i + 1, CheckAnnotations())
+                added += 1
+        for step in steps:
+            if isinstance(step, CheckAnnotations) and classes:
+                step.num_classes = len(classes)
+                if ignore_index is not None:
+                    step.ignore_index = ignore_index
     return added
+
+
+DATASET_HELP = {
+    'CocoDataset': ('COCO 2017 (train2017/, val2017/, annotations/instances_{train,val}2017.json) from '
+                    'cocodataset.org, placed under data/coco/'),
+    'ADE20KDataset': ('ADE20K (ADEChallengeData2016: images/ and annotations/ with training/ and validation/) '
+                      'from the MIT Scene Parsing Benchmark, placed under data/ade/'),
+    'ImageNet': ('ImageNet-1K (ILSVRC2012: train/ and val/, one folder per class, val images sorted into their '
+                 'class folders) from image-net.org, placed under data/imagenet/'),
+    'CustomDataset': 'an image folder with one sub-folder per class',
+}
+DEMO_HELP = ('To try mmwf without it, generate the synthetic demo data and use a demo config: '
+             '`python tools/generate_demo_data.py` then e.g. `python tools/train.py '
+             'configs/demo/cascade_wf_t_demo.py` (or simply `make demo`).')
+
+
+def check_dataset_paths(cfg: dict, splits: tuple[str, ...] = ('train', 'val', 'test')) -> None:
+    """Raise FileNotFoundError naming the missing dataset folder or file, where to get the data, and the
+    demo data, before the runner starts."""
+    for split in splits:
+        loader = cfg.get(f'{split}_dataloader')
+        if not loader:
+            continue
+        for ds in dataset_configs(loader):
+            root = ds.get('data_root', '')
+            prefix = ds.get('data_prefix') or {}
+            paths = [ds.get('ann_file', ''), ds.get('split', '')] + list(
+                prefix.values() if isinstance(prefix, dict) else [prefix])
+            missing = [os.path.join(root, p) for p in paths if p and not os.path.exists(os.path.join(root, p))]
+            if root and not os.path.isdir(root):
+                missing = [root]
+            if missing:
+                help_text = DATASET_HELP.get(ds.get('type'), f"the {ds.get('type')} dataset")
+                raise FileNotFoundError(
+                    f'{split} data not found: {", ".join(missing)} (cwd {os.getcwd()}).\n'
+                    f'Get {help_text}, or point the config at it with '
+                    f'--cfg-options {split}_dataloader.dataset.data_root=PATH.\n{DEMO_HELP}')

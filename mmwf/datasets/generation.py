@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from mmwf.registry import DATASETS
+from mmwf.utils.arrays import load_arrays
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.webp')
 
@@ -87,8 +88,9 @@ class LatentCacheDataset(Dataset):
         if missing:
             raise FileNotFoundError(f'latent cache {root!r} lacks {", ".join(map(osp.basename, missing))}: write it '
                                     'with python tools/generation/extract_latents.py IMAGE_FOLDER ' + root)
-        self.latents = np.load(files[0], mmap_mode='r')
-        self.labels = np.load(files[1])
+        rewrite = 'Rewrite the cache with python tools/generation/extract_latents.py.'
+        self.latents = load_arrays(files[0], mmap=True, fix=rewrite)
+        self.labels = load_arrays(files[1], fix=rewrite)
         if self.latents.ndim != 5 or self.latents.shape[1] != 2 or len(self.labels) != len(self.latents):
             raise ValueError(f'{files[0]} has shape {self.latents.shape} for {len(self.labels)} labels; expected '
                              '(N, 2, C, h, w) for N labels (rewrite the cache with extract_latents.py)')

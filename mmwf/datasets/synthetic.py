@@ -7,7 +7,7 @@
   with ``reduce_zero_label``).
 - ImageNet-style folders: ``cls/{train,val}/{circle,square,triangle}/*.jpg``, one shape per image.
 The command line is ``tools/generate_demo_data.py`` (it also writes the demos' stand-in softmax DeiT-T,
-:func:`mmwf.models.transfer.write_softmax_stand_in`).
+:func:`mmwf.demo.write_softmax_stand_in`).
 """
 from __future__ import annotations
 

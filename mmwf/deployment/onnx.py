@@ -42,20 +42,12 @@ class ExportWrapper(nn.Module):
 def exportable_model(config: str, checkpoint: str | None = None) -> tuple[ExportWrapper, dict]:
     """The config's model (random weights, or ``checkpoint`` loaded strictly) wrapped for export, and facts the
     export needs: ``kind``, ``stride`` (the input size must be a multiple of it) and ``min_size`` (smallest side)."""
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-
-    from mmwf.analysis.task_models import build_task_model, task_model_config
-    from mmwf.utils import adapt_to_device
+    from mmwf.configs import build_task_model, task_model_config
+    from mmwf.utils.checkpoint import load_state_dict_file, load_strict
     cfg, model_cfg = task_model_config(config)
-    adapt_to_device(cfg)
-    model_cfg = Config(dict(model=model_cfg)).model  # a copy
-    model_cfg.backbone.pop('init_cfg', None)
     model = build_task_model(cfg.default_scope, model_cfg).eval()
     if checkpoint:
-        from mmengine.runner.checkpoint import _load_checkpoint, _load_checkpoint_to_model
-        init_default_scope(cfg.default_scope)
-        _load_checkpoint_to_model(model, _load_checkpoint(checkpoint, map_location='cpu'), strict=True)
+        load_strict(model, load_state_dict_file(checkpoint), checkpoint)
     kind = {'mmpretrain': 'classifier', 'mmdet': 'backbone+neck', 'mmseg': 'segmentor'}[cfg.default_scope]
     backbone = model.backbone
     patch = backbone.patch_size
@@ -111,32 +103,3 @@ def check_onnx(path: str, module: nn.Module, shapes: list[tuple[int, int, int, i
             raise RuntimeError(f'{path}: {len(outs)} outputs where PyTorch gives {len(ref)}')
         diffs.append(max(float(np.abs(o - r.numpy()).max()) for o, r in zip(outs, ref)))
     return diffs
-
-
-def latency(path: str, module: nn.Module, shape: tuple[int, int, int, int], rounds: int = 5) -> tuple[float, float]:
-    """Median seconds per forward of ONNX Runtime and of eager PyTorch on the same input, timed in interleaved
-    rounds (one warm-up each) so that both see the same machine load."""
-    import statistics
-    import time
-
-    import onnxruntime as ort
-    session = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
-    name = session.get_inputs()[0].name
-    x = torch.randn(*shape)
-    feed = {name: x.numpy()}
-
-    def run_ort():
-        session.run(None, feed)
-
-    def run_torch():
-        with torch.no_grad():
-            module(x)
-    times = {run_ort: [], run_torch: []}
-    for fn in times:
-        fn()
-    for _ in range(rounds):
-        for fn, ts in times.items():
-            start = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - start)
-    return statistics.median(times[run_ort]), statistics.median(times[run_torch])

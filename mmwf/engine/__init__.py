@@ -1,4 +1,4 @@
 from . import hooks, optimizers
-from .runner import StrictRunner
+from .resume import resume_checkpoint
 
-__all__ = ['hooks', 'optimizers', 'StrictRunner']
+__all__ = ['hooks', 'optimizers', 'resume_checkpoint']

@@ -88,7 +88,8 @@ class FIDInception(nn.Module):
         net.Mixed_6d, net.Mixed_6e = fid.FIDInceptionC(768, 160), fid.FIDInceptionC(768, 192)
         net.Mixed_7b, net.Mixed_7c = fid.FIDInceptionE_1(1280), fid.FIDInceptionE_2(2048)
         if weights is not None:
-            net.load_state_dict(torch.load(weights, map_location='cpu', weights_only=True))
+            from mmwf.utils.checkpoint import load_state_dict_file, load_strict
+            load_strict(net, load_state_dict_file(weights), weights)
         self.net = net.eval()
         self.blocks = ['Conv2d_1a_3x3', 'Conv2d_2a_3x3', 'Conv2d_2b_3x3', 'maxpool1', 'Conv2d_3b_1x1', 'Conv2d_4a_3x3',
                        'maxpool2', 'Mixed_5b', 'Mixed_5c', 'Mixed_5d', 'Mixed_6a', 'Mixed_6b', 'Mixed_6c', 'Mixed_6d',
@@ -111,10 +112,10 @@ def load_statistics(path: str) -> tuple[np.ndarray, np.ndarray]:
         raise FileNotFoundError(f'reference statistics {path!r} not found: compute them from the real images with '
                                 'python tools/generation/fid_stats.py IMAGE_FOLDER OUT.npz --inception WEIGHTS, or use '
                                 "ADM's VIRTUAL_imagenet256_labeled.npz (openai/guided-diffusion, evaluations)")
-    with np.load(path) as data:
-        if 'mu' not in data or 'sigma' not in data:
-            raise ValueError(f'{path} holds {sorted(data.files)}; a statistics file needs mu and sigma')
-        return data['mu'], data['sigma']
+    from mmwf.utils.arrays import load_arrays
+    data = load_arrays(path, ('mu', 'sigma'), fix='A statistics file holds mu and sigma: write it with '
+                       'python tools/generation/fid_stats.py.')
+    return data['mu'], data['sigma']
 
 
 @METRICS.register_module()

@@ -26,7 +26,7 @@ from mmengine.logging import print_log
 
 from mmwf.models.layers import resample_pos_embed
 from mmwf.registry import WEIGHT_INITIALIZERS
-from mmwf.utils.checkpoint import atomic_save, read_state_dict
+from mmwf.utils.checkpoint import read_state_dict
 
 RECIPES = {
     'copy': r'blocks\.\d+\.attn\.qkv\.',
@@ -149,12 +149,3 @@ class SoftmaxTransferInit:
 
     def __call__(self, module: nn.Module) -> None:
         transfer_softmax_weights(module, self.checkpoint, self.recipe, self.copy_proj, self.prefix)
-
-
-def write_softmax_stand_in(path: str, seed: int = 0) -> None:
-    """Write a seeded, randomly initialised softmax DeiT-T (timm's keys, class token, final norm) to ``path``: the
-    stand-in for the ImageNet checkpoint in the transfer / distillation demos (``data/demo/checkpoints``)."""
-    from mmwf.models.backbones import DeiT
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        atomic_save(DeiT('t').state_dict(), path)

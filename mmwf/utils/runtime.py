@@ -1,49 +1,9 @@
-"""Running a config: dataset checks, adaptation to the device, CPU distribution, the runner."""
+"""Running a config on this machine: adaptation to the device, CPU distribution."""
 from __future__ import annotations
-
-import os
 
 import torch
 from mmengine.config import Config
 from mmengine.logging import print_log
-
-from mmwf.datasets.checks import dataset_configs
-
-DATASET_HELP = {
-    'CocoDataset': ('COCO 2017 (train2017/, val2017/, annotations/instances_{train,val}2017.json) from '
-                    'cocodataset.org, placed under data/coco/'),
-    'ADE20KDataset': ('ADE20K (ADEChallengeData2016: images/ and annotations/ with training/ and validation/) '
-                      'from the MIT Scene Parsing Benchmark, placed under data/ade/'),
-    'ImageNet': ('ImageNet-1K (ILSVRC2012: train/ and val/, one folder per class, val images sorted into their '
-                 'class folders) from image-net.org, placed under data/imagenet/'),
-    'CustomDataset': 'an image folder with one sub-folder per class',
-}
-DEMO_HELP = ('To try mmwf without it, generate the synthetic demo data and use a demo config: '
-             '`python tools/generate_demo_data.py` then e.g. `python tools/train.py '
-             'configs/demo/cascade_wf_t_demo.py` (or simply `make demo`).')
-
-
-def check_dataset_paths(cfg: Config, splits: tuple[str, ...] = ('train', 'val', 'test')) -> None:
-    """Raise FileNotFoundError naming the missing dataset folder or file, where to get the data, and the
-    demo data, before the runner starts."""
-    for split in splits:
-        loader = cfg.get(f'{split}_dataloader')
-        if not loader:
-            continue
-        for ds in dataset_configs(loader):
-            root = ds.get('data_root', '')
-            prefix = ds.get('data_prefix') or {}
-            paths = [ds.get('ann_file', ''), ds.get('split', '')] + list(
-                prefix.values() if isinstance(prefix, dict) else [prefix])
-            missing = [os.path.join(root, p) for p in paths if p and not os.path.exists(os.path.join(root, p))]
-            if root and not os.path.isdir(root):
-                missing = [root]
-            if missing:
-                help_text = DATASET_HELP.get(ds.get('type'), f"the {ds.get('type')} dataset")
-                raise FileNotFoundError(
-                    f'{split} data not found: {", ".join(missing)} (cwd {os.getcwd()}).\n'
-                    f'Get {help_text}, or point the config at it with '
-                    f'--cfg-options {split}_dataloader.dataset.data_root=PATH.\n{DEMO_HELP}')
 
 
 def _replace_sync_bn(node: object) -> int:
@@ -71,18 +31,6 @@ def adapt_to_device(cfg: Config) -> None:
         print_log('no CUDA device: AmpOptimWrapper -> OptimWrapper (fp32)', logger='current')
     if _replace_sync_bn(cfg.model):
         print_log('no CUDA device: SyncBN -> BN', logger='current')
-
-
-def build_runner(cfg: Config, splits: tuple[str, ...]):
-    """Check the data of ``splits``, adapt the config to the device, start CPU distribution if asked, and build the
-    config's runner (:class:`~mmwf.engine.StrictRunner` unless the config names another ``runner_type``)."""
-    from mmengine.registry import RUNNERS
-
-    check_dataset_paths(cfg, splits)
-    adapt_to_device(cfg)
-    init_cpu_distributed(cfg)
-    cfg.setdefault('runner_type', 'StrictRunner')
-    return RUNNERS.build(cfg)
 
 
 def close_distributed() -> None:

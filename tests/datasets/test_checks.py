@@ -1,11 +1,13 @@
-"""Dataset checks on data that fits: nothing raised, steps inserted once, heads found. (Their errors are cases of
-tests/test_bad_inputs.py.)"""
+"""Dataset checks on data that fits: nothing raised (and the nearest data that does not fit refused by the same
+call), steps inserted once, heads found. (More of their errors are cases of tests/test_bad_inputs.py.)"""
+import re
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch.nn as nn
 
-from mmwf.datasets import CheckAnnotations, check_classes, head_class_counts, insert_annotation_checks
+from mmwf.datasets import CheckAnnotations, check_classes, configure_annotation_checks, head_class_counts
 
 
 class Head(nn.Module):
@@ -28,24 +30,72 @@ def test_head_class_counts_finds_class_aware_heads_only():
 
 
 def test_matching_splits_and_heads_pass():
+    """Matching classes pass; the same call with one class off in a split, a head or the checkpoint raises, naming
+    it."""
     classes = ('circle', 'square')
-    data = {s: SimpleNamespace(metainfo=dict(classes=classes), ann_file=f'{s}.json') for s in ('train', 'val')}
-    model = nn.Module()
-    model.decode_head = Head(2)
-    check_classes(data, model, checkpoint=('iter_4.pth', list(classes)))
+
+    def splits(val_classes=classes):
+        return {s: SimpleNamespace(metainfo=dict(classes=c), ann_file=f'{s}.json')
+                for s, c in (('train', classes), ('val', val_classes))}
+
+    def model(n=2):
+        m = nn.Module()
+        m.decode_head = Head(n)
+        return m
+    assert check_classes(splits(), model(), checkpoint=('iter_4.pth', list(classes))) is None
+    with pytest.raises(ValueError, match=re.escape('the train dataset (train.json: 2) and the val dataset (val.json: '
+                                                   '3) differ')) as err:
+        check_classes(splits(classes + ('triangle',)), model(), checkpoint=('iter_4.pth', list(classes)))
+    assert 'only in the val dataset: triangle' in str(err.value)
+    with pytest.raises(ValueError, match=re.escape('the same names in another order (label 0: circle vs square')):
+        check_classes(splits(classes[::-1]), model())
+    with pytest.raises(ValueError, match=re.escape('the train dataset (train.json) has 2 classes (circle, square) '
+                                                   'but decode_head has num_classes=3')):
+        check_classes(splits(), model(3), checkpoint=('iter_4.pth', list(classes)))
+    with pytest.raises(ValueError, match=re.escape("checkpoint 'iter_4.pth' (the classes it was trained on: 3)")
+                       ) as err:
+        check_classes(splits(), model(), checkpoint=('iter_4.pth', list(classes) + ['triangle']))
+    assert "only in checkpoint 'iter_4.pth': triangle" in str(err.value)
 
 
-def test_annotation_checks_are_inserted_once_after_every_load_annotations():
-    pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'), dict(type='PackSegInputs')]
-    cfg = dict(train_dataloader=dict(dataset=dict(type='RepeatDataset', dataset=dict(pipeline=pipeline))),
-               val_dataloader=dict(dataset=dict(pipeline=[dict(type='LoadAnnotations')])))
-    assert insert_annotation_checks(cfg) == 2
-    assert insert_annotation_checks(cfg) == 0
-    assert [t['type'] for t in pipeline] == ['LoadImageFromFile', 'LoadAnnotations', 'CheckAnnotations',
-                                             'PackSegInputs']
+def test_annotation_checks_are_inserted_once_after_every_load_annotations_of_a_built_dataset():
+    """As DatasetCheckHook does when a run starts: inside a dataset wrapper, with the dataset's class count."""
+    from mmengine.dataset import Compose
+    from mmengine.registry import init_default_scope
+    from mmseg.datasets.transforms import LoadAnnotations
+    init_default_scope('mmseg')
+    inner = SimpleNamespace(metainfo=dict(classes=('a', 'b', 'c')), pipeline=Compose(
+        [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'), dict(type='PackSegInputs')]))
+    wrapper = SimpleNamespace(metainfo=inner.metainfo, dataset=inner)
+    assert configure_annotation_checks(wrapper, ignore_index=0) == 1
+    assert configure_annotation_checks(wrapper) == 0
+    steps = inner.pipeline.transforms
+    assert [type(t).__name__ for t in steps] == ['LoadImageFromFile', 'LoadAnnotations', 'CheckAnnotations',
+                                                 'PackSegInputs']
+    assert isinstance(steps[1], LoadAnnotations) and (steps[2].num_classes, steps[2].ignore_index) == (3, 0)
 
 
 def test_fitting_annotations_pass_through_unchanged():
+    """A fitting mmseg sample (values up to num_classes - 1 and the ignore index, sizes that agree) comes back as it
+    went in; one label value, the image size or the annotated size one off is refused by the same check."""
     seg = np.array([[0, 1], [3, 255]], np.uint8)
-    results = dict(ori_shape=(2, 2), gt_seg_map=seg, img_path='a.jpg', seg_map_path='a.png', height=2, width=2)
-    assert CheckAnnotations(num_classes=4)(results) is results
+    fitting = dict(ori_shape=(2, 2), gt_seg_map=seg, img_path='a.jpg', seg_map_path='a.png', height=2, width=2,
+                   reduce_zero_label=False)
+    check = CheckAnnotations(num_classes=4)
+    out = check(fitting)
+    assert out is fitting and sorted(out) == ['gt_seg_map', 'height', 'img_path', 'ori_shape', 'reduce_zero_label',
+                                              'seg_map_path', 'width']
+    assert out['gt_seg_map'] is seg and out['gt_seg_map'].dtype == np.uint8
+    assert out['gt_seg_map'].tolist() == [[0, 1], [3, 255]]
+    assert (out['ori_shape'], out['height'], out['width'], out['img_path'], out['seg_map_path'],
+            out['reduce_zero_label']) == ((2, 2), 2, 2, 'a.jpg', 'a.png', False)
+    with pytest.raises(ValueError, match=re.escape("label map 'a.png' holds class values [4] but the dataset has 4 "
+                                                   'classes')):
+        check(dict(fitting, gt_seg_map=np.array([[0, 1], [4, 255]], np.uint8)))
+    with pytest.raises(ValueError, match=re.escape("label map 'a.png' is 2 x 2 (W x H) but its image 'a.jpg' is "
+                                                   '2 x 3')):
+        check(dict(fitting, ori_shape=(3, 2), height=3))
+    with pytest.raises(ValueError, match=re.escape("image 'a.jpg' is 2 x 2 (W x H) but its annotation file gives "
+                                                   '2 x 3')):
+        check(dict(fitting, height=3))
+    assert seg.tolist() == [[0, 1], [3, 255]]  # the refused variants were copies

@@ -27,8 +27,19 @@ def test_class_folder_and_sampling_labels(tmp_path):
     assert data.metainfo['classes'] == ('a_cat', 'b_dog')
     assert [data[i]['labels'] for i in range(3)] == [0, 1, 1] and data[0]['inputs'].shape == (3, 16, 16)
     assert SamplingLabels(7, 3, balanced=True).labels.tolist() == [0, 1, 2, 0, 1, 2, 0]
-    a, b = SamplingLabels(1000, 10, seed=3), SamplingLabels(1000, 10, seed=3)
-    assert np.array_equal(a.labels, b.labels) and set(a.labels) == set(range(10)) and not a.metainfo
+    # random labels, as DiT's sample_ddp.py draws them: uniform over the classes, the same for one seed only
+    a, b, c = (SamplingLabels(10_000, 10, seed=s) for s in (3, 3, 4))
+    assert np.array_equal(a.labels, b.labels) and not a.metainfo and len(a) == 10_000
+    assert np.mean(a.labels != c.labels) > 0.8  # another seed: another draw (9 in 10 differ for independent ones)
+    assert [a[i] for i in (0, 9_999)] == [dict(labels=int(a.labels[0])), dict(labels=int(a.labels[-1]))]
+    assert isinstance(a[0]['labels'], int)
+    for labels in (a.labels, c.labels, a.labels[:5_000], a.labels[5_000:]):  # uniform overall and in each half
+        assert labels.min() >= 0 and labels.max() <= 9
+        counts = np.bincount(labels, minlength=10)
+        expected = len(labels) / 10
+        chi2 = np.sum((counts - expected) ** 2 / expected)
+        assert chi2 < 27.9, counts  # chi-square, 9 degrees of freedom: P(chi2 > 27.9) = 0.001
+    assert np.mean(a.labels[1:] == a.labels[:-1]) == pytest.approx(0.1, abs=0.02)  # independent draws, not runs
     with pytest.raises(FileNotFoundError, match='expected ROOT/<class>/<images>'):
         ClassFolderImages(str(tmp_path / 'missing'))
 

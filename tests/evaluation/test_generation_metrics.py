@@ -56,27 +56,57 @@ def test_inception_loader_names_the_missing_file_and_loads_a_state_dict(tmp_path
     torch.testing.assert_close(features, net(images)[0])
 
 
+def fid_by_formula(mu1, s1, mu2, s2):
+    """||mu1 - mu2||^2 + Tr(S1 + S2 - 2 (S1 S2)^(1/2)), written here (scipy's matrix square root)."""
+    from scipy.linalg import sqrtm
+    root = sqrtm(s1 @ s2)
+    assert np.allclose(root @ root, s1 @ s2, atol=1e-9)  # a true square root
+    return float(np.sum((mu1 - mu2) ** 2) + np.trace(s1) + np.trace(s2) - 2 * np.trace(root).real)
+
+
 def test_metric_against_reference_statistics(tmp_path):
-    """With an extractor of known features, FID is the Fréchet distance to the reference statistics."""
+    """With an extractor of known features, FID is the Fréchet distance to the reference statistics and IS the
+    exp-mean KL of the logits' softmax to its marginal, both computed here from their formulas."""
     rng = np.random.default_rng(2)
     ref = rng.normal(size=(300, 3))
-    np.savez(tmp_path / 'ref.npz', mu=ref.mean(0), sigma=np.cov(ref, rowvar=False))
+    ref_mu = ref.sum(0) / len(ref)
+    ref_sigma = (ref - ref_mu).T @ (ref - ref_mu) / (len(ref) - 1)
+    np.savez(tmp_path / 'ref.npz', mu=ref_mu, sigma=ref_sigma)
     with pytest.raises(FileNotFoundError, match='fid_stats.py'):
         ev.load_statistics(str(tmp_path / 'none.npz'))
     np.savez(tmp_path / 'bad.npz', arr_0=np.zeros(3))
-    with pytest.raises(ValueError, match='needs mu and sigma'):
+    with pytest.raises(ValueError, match=r"holds \['arr_0'\]"):  # what it holds instead of mu and sigma
         ev.load_statistics(str(tmp_path / 'bad.npz'))
 
     def extractor(images):  # features = the mean colour of each channel, logits from it
         f = images.float().mean((2, 3)) / 255
         return f, f * 10
     metric = ev.GenerationMetric(str(tmp_path / 'ref.npz'), extractor=extractor, is_splits=2)
-    images = torch.randint(0, 256, (10, 3, 4, 4), dtype=torch.uint8)
-    metric.process({}, [dict(fake_img=img) for img in images])
+    colours = torch.randint(0, 256, (10, 3), generator=torch.Generator().manual_seed(0))
+    images = colours[:, :, None, None].expand(10, 3, 4, 4).to(torch.uint8)  # one colour each: features = colour / 255
+    metric.process({}, [dict(fake_img=img) for img in images[:6]])
+    metric.process({}, [dict(fake_img=img) for img in images[6:]])  # results gather over batches
     result = metric.compute_metrics(metric.results)
-    f = images.float().mean((2, 3)).numpy() / 255
-    expected = ev.frechet_distance(f.mean(0), np.cov(f, rowvar=False), ref.mean(0), np.cov(ref, rowvar=False))
-    assert result['FID'] == pytest.approx(expected) and result['samples'] == 10
-    assert result['IS'] == pytest.approx(ev.inception_score(f * 10, 2)[0])
+
+    f = colours.double().numpy() / 255
+    mu = f.sum(0) / 10
+    sigma = (f - mu).T @ (f - mu) / 9
+    expected = fid_by_formula(mu, sigma, ref_mu, ref_sigma)
+    # the same value through the eigenvalues of S1^(1/2) S2 S1^(1/2), which has the eigenvalues of S1 S2
+    w, v = np.linalg.eigh(sigma)
+    r = v @ np.diag(np.sqrt(w)) @ v.T
+    by_eig = (np.sum((mu - ref_mu) ** 2) + np.trace(sigma) + np.trace(ref_sigma)
+              - 2 * np.sum(np.sqrt(np.clip(np.linalg.eigvalsh(r @ ref_sigma @ r), 0, None))))
+    assert expected == pytest.approx(by_eig, rel=1e-9) and expected > 0.5
+    assert result['FID'] == pytest.approx(expected, rel=1e-6) and result['samples'] == 10
+
+    def score(logits):  # exp(mean_x KL(p(y|x) || p(y)))
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        return np.exp(np.mean(np.sum(p * (np.log(p) - np.log(p.mean(0))), 1)))
+    parts = [score(f[:5] * 10), score(f[5:] * 10)]
+    assert parts[0] != pytest.approx(parts[1])
+    assert (result['IS'], result['IS_std']) == pytest.approx((np.mean(parts), abs(parts[0] - parts[1]) / 2),
+                                                             rel=1e-5)
     with pytest.raises(ValueError, match='not both'):
         ev.GenerationMetric(str(tmp_path / 'ref.npz'))

@@ -10,8 +10,8 @@ import pytest
 import torch
 from mmengine.config import Config
 
+from mmwf.datasets import check_dataset_paths
 from mmwf.models.backbones import WeightFormer
-from mmwf.utils import check_dataset_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope='module')
 def demo_data(tmp_path_factory):
     from mmwf.datasets import generate
-    from mmwf.models import write_softmax_stand_in
+    from mmwf.demo import write_softmax_stand_in
     out = tmp_path_factory.mktemp('demo_data')
     generate(str(out), size=128, train=8, val=4, seed=1)
     write_softmax_stand_in(str(out / 'checkpoints' / 'deit_t_softmax.pth'), seed=1)

@@ -1,31 +1,28 @@
-"""Resume under weights-only loading (torch >= 2.6 with mmengine 0.10.7)."""
+"""Reading, writing and resuming checkpoints under weights-only loading (torch >= 2.6 with mmengine 0.10.7)."""
 import os
 import pickle
 
+import numpy as np
 import pytest
 import torch
 from mmengine.runner import CheckpointLoader
 
-import mmwf  # noqa: F401  (makes mmengine checkpoints load weights-only)
-from mmwf.utils import (
-    UnsafeCheckpointError,
-    enable_safe_mmengine_checkpoints,
-    load_state_dict_file,
-    load_weights_only,
-    safe_checkpoint_globals,
-)
+import mmwf  # noqa: F401  (registers the hooks of mmwf's configs)
+from mmwf.utils import UnsafeCheckpointError, load_state_dict_file, load_weights_only, safe_checkpoint_globals
 from tests.toy import ToyModel, make_runner
 
 
 def test_runner_resumes_weights_only(tmp_path):
+    """mmengine's own Runner with the hooks of mmwf's configs writes checkpoints that torch's default weights-only
+    loading reads (no mmwf allow-list in this process), and resumes model, optimizer and logged history."""
+    from mmengine.logging import HistoryBuffer
     first = make_runner(tmp_path, max_iters=6)
     first.train()
     ckpt = tmp_path / 'iter_6.pth'
-    assert ckpt.is_file()
-    # the file itself loads weights-only, message hub (HistoryBuffer) and numpy scalars included
     raw = torch.load(ckpt, weights_only=True)
     assert raw['meta']['iter'] == 6
-    assert len(raw['message_hub']['log_scalars']['train/loss'].data[0]) > 0
+    assert raw['message_hub']['log_scalars']['train/loss']['mmwf_history_buffer']['log']
+    assert not set(safe_checkpoint_globals()) & set(torch.serialization.get_safe_globals())
 
     second = make_runner(tmp_path / 'resumed', max_iters=8, load_from=str(ckpt), resume=True)
     second.load_or_resume()
@@ -39,9 +36,11 @@ def test_runner_resumes_weights_only(tmp_path):
         for name in ('exp_avg', 'exp_avg_sq', 'step'):
             assert torch.equal(torch.as_tensor(s1[k][name]), torch.as_tensor(s2[k][name]))
     history = second.message_hub.get_scalar('train/loss')
-    assert history.mean() == pytest.approx(first.message_hub.get_scalar('train/loss').mean())
+    assert isinstance(history, HistoryBuffer)
+    assert history.data[0].tolist() == first.message_hub.get_scalar('train/loss').data[0].tolist()
     second.train()
     assert second.iter == 8
+    assert len(second.message_hub.get_scalar('train/loss').data[0]) == 8
 
 
 class Evil:
@@ -58,25 +57,36 @@ def test_checkpoint_that_runs_code_is_refused(tmp_path):
     with open(path, 'wb') as f:
         torch.save({'state_dict': {'w': torch.zeros(1)}, 'x': Evil(str(marker))}, f,
                    pickle_protocol=pickle.HIGHEST_PROTOCOL)
+    with pytest.raises(pickle.UnpicklingError, match='Weights only load failed'):
+        CheckpointLoader.load_checkpoint(str(path), map_location='cpu')  # mmengine's own path: torch refuses it
     with pytest.raises(UnsafeCheckpointError, match='evil.pth.*weights-only loading refuses.*--trust-source'):
-        CheckpointLoader.load_checkpoint(str(path), map_location='cpu')  # mmengine's path: resume, load_from
-    with pytest.raises(UnsafeCheckpointError, match='weights-only loading refuses'):
         load_weights_only(str(path))
+    with pytest.raises(UnsafeCheckpointError, match='evil.pth.*weights-only loading refuses'):  # before a run loads
+        make_runner(tmp_path / 'run', 1, load_from=str(path)).train()
     assert not marker.exists()
 
 
 def test_plain_mmengine_buffer_is_refused_not_executed(tmp_path):
-    """Plain mmengine pickles a buffer's statistics functions, which unpickle through builtins.getattr;
-    that global must stay refused, while mmwf's buffers pickle as data."""
+    """Plain mmengine pickles a buffer's statistics functions, which unpickle through builtins.getattr; that global
+    stays refused, also by mmwf's reads, while the plain data mmwf's hook writes instead loads everywhere."""
     from mmengine.logging import HistoryBuffer
-    path = tmp_path / 'plain.pth'
-    torch.save({'statistics_methods': {'min': HistoryBuffer.min}}, path)
-    with pytest.raises(pickle.UnpicklingError, match='getattr'):
-        torch.load(path, weights_only=True)
+
+    from mmwf.utils.checkpoint import plain_checkpoint, restore_checkpoint
     buf = HistoryBuffer()
     buf.update(2.0)
-    torch.save({'buf': buf}, path)
-    assert torch.load(path, weights_only=True)['buf'].current() == 2.0
+    path = tmp_path / 'plain.pth'
+    torch.save({'message_hub': {'log_scalars': {'loss': buf}}}, path)
+    with pytest.raises(pickle.UnpicklingError, match='HistoryBuffer was not an allowed global'):
+        torch.load(path, weights_only=True)
+    with pytest.raises(UnsafeCheckpointError, match='getattr'):  # mmwf's reads allow the buffer, not its functions
+        load_weights_only(str(path))
+    checkpoint = {'message_hub': {'log_scalars': {'loss': buf}}, 'meta': {'seed': np.int64(3)}}
+    plain_checkpoint(checkpoint)
+    torch.save(checkpoint, path)
+    loaded = torch.load(path, weights_only=True)
+    assert loaded['meta']['seed'] == 3 and type(loaded['meta']['seed']) is int
+    restore_checkpoint(loaded)
+    assert loaded['message_hub']['log_scalars']['loss'].current() == 2.0
 
 
 def test_missing_checkpoint_names_the_path(tmp_path):
@@ -92,13 +102,17 @@ def test_state_dict_unwrapping(tmp_path):
         assert torch.equal(load_state_dict_file(str(path))['a'], sd['a'])
 
 
-def test_no_weights_only_override_warns_at_import_and_loading_stays_weights_only(monkeypatch, tmp_path):
-    """TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD does not break ``import mmwf``; every load still refuses code."""
+def test_opting_in_makes_mmengines_loading_weights_only_and_warns_about_the_override(tmp_path):
+    """``import mmwf`` leaves mmengine's loaders alone; enable_safe_mmengine_checkpoints() routes them through mmwf's
+    (errors naming the file) and warns when TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set; loading stays weights-only."""
     import subprocess
     import sys
     marker, path = tmp_path / 'pwned', tmp_path / 'evil.pth'
     torch.save({'x': Evil(str(marker))}, path)
     script = ('import mmwf\nfrom mmengine.runner import CheckpointLoader\n'
+              'from mmwf.utils import enable_safe_mmengine_checkpoints\n'
+              'assert CheckpointLoader._schemes[""].__module__ == "mmengine.runner.checkpoint"\n'
+              'enable_safe_mmengine_checkpoints()\n'
               f'CheckpointLoader.load_checkpoint({str(path)!r})')
     res = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
                          env=dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD='1'))
@@ -106,26 +120,25 @@ def test_no_weights_only_override_warns_at_import_and_loading_stays_weights_only
     assert res.returncode != 0 and 'UnsafeCheckpointError' in res.stderr and not marker.exists()
 
 
-def test_mmengine_checkpoint_with_an_empty_history_buffer_loads(tmp_path):
-    """Pickle protocol 2 writes a zero-size array's data as ``bytes()``: allowed, it can only make bytes."""
-    import numpy as np
+def test_an_earlier_mmwf_checkpoint_with_an_empty_history_buffer_loads(tmp_path, monkeypatch):
+    """Checkpoints written before the plain format pickled buffers as data (no statistics functions). Pickle protocol
+    2 writes a zero-size array's data as ``bytes()``: mmwf's reads allow it (it can only make bytes)."""
     from mmengine.logging import HistoryBuffer
+    monkeypatch.setattr(HistoryBuffer, '__getstate__', lambda self: {
+        k: v for k, v in self.__dict__.items() if k != 'statistics_methods'}, raising=False)
     loss = HistoryBuffer()
     loss.update(1.0)
     scalars = {'train/loss': loss, 'val/mIoU': HistoryBuffer()}  # never updated: zero-size arrays
     path = tmp_path / 'iter_1.pth'
     torch.save({'meta': {'iter': 1}, 'message_hub': {'log_scalars': scalars}, 'state_dict': {'w': torch.ones(1)},
                 'extra': np.zeros((0, 3))}, path)
-    torch.serialization.clear_safe_globals()  # every global mmwf allows but bytes: refused
-    torch.serialization.add_safe_globals([g for g in safe_checkpoint_globals() if g is not bytes])
-    try:
+    with torch.serialization.safe_globals([g for g in safe_checkpoint_globals() if g is not bytes]):
         with pytest.raises(pickle.UnpicklingError, match='GLOBAL bytes was not an allowed global'):
             torch.load(path, weights_only=True)
-    finally:
-        enable_safe_mmengine_checkpoints()
     loaded = load_weights_only(str(path))
     assert loaded['message_hub']['log_scalars']['val/mIoU'].data[0].size == 0
     assert loaded['extra'].shape == (0, 3)
+    assert not set(safe_checkpoint_globals()) & set(torch.serialization.get_safe_globals())  # for that read only
 
 
 class NaNAtThirdIteration(ToyModel):
@@ -193,8 +206,21 @@ def test_downloads_are_read_weights_only(http_server, tmp_path):
     marker = tmp_path / 'pwned'
     torch.save({'x': Evil(str(marker))}, root / 'evil.pth')
     with pytest.raises(UnsafeCheckpointError, match='evil.pth.*weights-only loading refuses'):
-        CheckpointLoader.load_checkpoint(f'{url}/evil.pth')
+        load_state_dict_file(f'{url}/evil.pth')
     assert not marker.exists()
+
+
+def test_downloads_are_cached_by_their_whole_address_and_safetensors_read_as_such(http_server):
+    """Two hub links that both end in model.safetensors are two files (the model index's WF-T and WF-S weights)."""
+    from safetensors.torch import save_file
+    root, url = http_server
+    for name, value in (('t', 1.0), ('s', 2.0)):
+        (root / name).mkdir()
+        save_file({'w': torch.full((2,), value)}, str(root / name / 'model.safetensors'))
+    assert load_state_dict_file(f'{url}/t/model.safetensors')['w'].tolist() == [1.0, 1.0]
+    assert load_state_dict_file(f'{url}/s/model.safetensors')['w'].tolist() == [2.0, 2.0]
+    (root / 't' / 'model.safetensors').unlink()  # the second read of an address is the cached file
+    assert load_state_dict_file(f'{url}/t/model.safetensors')['w'].tolist() == [1.0, 1.0]
 
 
 @pytest.mark.parametrize('scheme,table', [('torchvision://', 'get_torchvision_models'),
@@ -204,7 +230,7 @@ def test_named_checkpoints_resolve_through_mmengines_tables(http_server, monkeyp
     root, url = http_server
     torch.save({'w': torch.arange(3.0)}, root / 'tiny-0123.pth')
     monkeypatch.setattr(mm_checkpoint, table, lambda: {'tiny': f'{url}/tiny-0123.pth'})
-    assert torch.equal(CheckpointLoader.load_checkpoint(f'{scheme}tiny')['w'], torch.arange(3.0))
+    assert torch.equal(load_state_dict_file(f'{scheme}tiny')['w'], torch.arange(3.0))
 
 
 def test_pretrained_is_applied_after_the_other_init_cfg_entries(tmp_path):
@@ -254,7 +280,7 @@ def test_whole_model_checkpoint_gives_its_backbone(tmp_path, kind):
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
     from mmengine.fileio import get_file_backend
 
-    from mmwf.utils.checkpoint import AtomicLocalBackend, atomic_write
+    from mmwf.utils.checkpoint import ATOMIC_BACKEND, AtomicLocalBackend, atomic_write, register_atomic_backend
     path = tmp_path / 'iter_4.pth'
     path.write_bytes(b'old checkpoint')
 
@@ -266,4 +292,6 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
     assert path.read_bytes() == b'old checkpoint' and os.listdir(tmp_path) == ['iter_4.pth']
     atomic_write(str(path), lambda f: f.write(b'new'))
     assert path.read_bytes() == b'new'
-    assert isinstance(get_file_backend(str(path)), AtomicLocalBackend)
+    assert not isinstance(get_file_backend(str(path)), AtomicLocalBackend)  # mmengine's local backend is its own
+    register_atomic_backend()
+    assert isinstance(get_file_backend(str(path), backend_args=dict(backend=ATOMIC_BACKEND)), AtomicLocalBackend)

@@ -14,8 +14,26 @@ and at a second size (a second batch size for UperNet), prints the largest diffe
 from __future__ import annotations
 
 import argparse
+import statistics
 
-from mmwf.deployment import check_onnx, export_onnx, exportable_model, latency
+import torch
+
+from mmwf.analysis.timing import interleaved_times
+from mmwf.deployment import check_onnx, export_onnx, exportable_model
+
+
+def latency(path: str, module: torch.nn.Module, shape: tuple[int, ...], rounds: int) -> tuple[float, float]:
+    """Median seconds per forward of ONNX Runtime and of eager PyTorch on the same input (interleaved rounds)."""
+    import onnxruntime as ort
+    session = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
+    x = torch.randn(*shape)
+    feed = {session.get_inputs()[0].name: x.numpy()}
+
+    def run_torch() -> None:
+        with torch.no_grad():
+            module(x)
+    ort_times, torch_times = interleaved_times([lambda: session.run(None, feed), run_torch], rounds, 'cpu')
+    return statistics.median(ort_times), statistics.median(torch_times)
 
 
 def main(argv: list[str] | None = None) -> None:

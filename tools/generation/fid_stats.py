@@ -17,14 +17,15 @@ import torch
 from mmwf.datasets import center_crop_arr
 from mmwf.datasets.generation import IMAGE_EXTENSIONS
 from mmwf.evaluation import FIDInception, feature_statistics
+from mmwf.utils.arrays import load_arrays
 from mmwf.utils.checkpoint import atomic_write
 
 
 def image_batches(source: str, size: int, batch: int, limit: int | None):
     """uint8 (B, 3, H, W) batches of a folder or of an ADM ``.npz``."""
     if source.endswith('.npz'):
-        with np.load(source) as data:
-            arr = data['arr_0'][:limit]
+        arr = load_arrays(source, ('arr_0',), fix="A sample batch holds arr_0 (N, H, W, 3) uint8, as ADM's and "
+                          'tools/generation/sample.py write it.')['arr_0'][:limit]
         for i in range(0, len(arr), batch):
             yield torch.from_numpy(arr[i:i + batch]).permute(0, 3, 1, 2)
         return

@@ -15,7 +15,13 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 from mmwf.registry import MODELS
-from mmwf.utils.checkpoint import atomic_save, state_dict_mismatch
+from mmwf.utils.checkpoint import (
+    CheckpointError,
+    atomic_save,
+    load_weights_only,
+    mismatch_lines,
+    state_dict_mismatch,
+)
 
 
 def main() -> None:
@@ -26,8 +32,10 @@ def main() -> None:
     parser.add_argument('--weights', choices=('ema', 'model'), default='ema',
                         help='which weights of a training checkpoint (default: ema, what DiT samples with)')
     args = parser.parse_args()
-    with torch.serialization.safe_globals([argparse.Namespace]):  # DiT's train.py pickles its arguments
-        ckpt = torch.load(args.src, map_location='cpu', weights_only=True)
+    try:  # DiT's train.py pickles its arguments
+        ckpt = load_weights_only(args.src, allowed=(argparse.Namespace,))
+    except (FileNotFoundError, CheckpointError) as err:
+        raise SystemExit(f'error: {err}') from None
     if isinstance(ckpt, dict) and args.weights in ckpt and isinstance(ckpt[args.weights], dict):
         state = ckpt[args.weights]
     elif isinstance(ckpt, dict) and all(isinstance(v, torch.Tensor) for v in ckpt.values()):
@@ -38,7 +46,7 @@ def main() -> None:
     cfg = Config.fromfile(args.config)
     init_default_scope(cfg.get('default_scope', 'mmengine'))
     denoiser = MODELS.build(cfg.model.denoiser)
-    problems = state_dict_mismatch(denoiser.state_dict(), state)
+    problems = mismatch_lines(state_dict_mismatch(denoiser.state_dict(), state))
     if problems:
         raise SystemExit(f'{args.src} does not match the denoiser of {args.config} ({type(denoiser).__name__}):\n'
                          + '\n'.join(problems)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from mmwf.utils.checkpoint import CheckpointError, atomic_save, load_weights_only, student_checkpoint
+from mmwf.models.distillers import student_checkpoint
+from mmwf.utils.checkpoint import CheckpointError, atomic_save, load_weights_only
 
 
 def main(argv: list[str] | None = None) -> None:

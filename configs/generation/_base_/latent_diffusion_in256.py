@@ -3,9 +3,8 @@
 # tools/generation/extract_latents.py), AdamW lr 1e-4 without weight decay, global batch 256 (8 GPUs x 32), fp32,
 # EMA 0.9999 from the first iteration, 400K iterations. Test: 50K samples with the EMA weights, 250 respaced DDPM
 # steps, no guidance (Table 7), FID / IS against ADM's reference batch. A model config sets the denoiser.
-custom_imports = dict(imports=['mmwf'], allow_failed_imports=False)
+_base_ = ['../../_base_/mmwf_runtime.py']
 default_scope = 'mmengine'
-runner_type = 'StrictRunner'  # strict checkpoint loading, resume past damaged checkpoints
 vae_path = 'checkpoints/sd-vae-ft-ema'  # diffusers folder of stabilityai/sd-vae-ft-ema
 latent_cache = 'data/imagenet256_latents'  # tools/generation/extract_latents.py data/imagenet/train ...
 num_classes = 1000
@@ -39,7 +38,8 @@ default_hooks = dict(
     logger=dict(type='LoggerHook', interval=100),
     param_scheduler=dict(type='ParamSchedulerHook'),
     checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=50_000, max_keep_ckpts=3),
-    sampler_seed=dict(type='DistSamplerSeedHook'))
+    sampler_seed=dict(type='DistSamplerSeedHook'),
+    **_base_.mmwf_hooks)
 env_cfg = dict(cudnn_benchmark=False, mp_cfg=dict(mp_start_method='fork', opencv_num_threads=0),
                dist_cfg=dict(backend='nccl'))
 log_processor = dict(by_epoch=False)

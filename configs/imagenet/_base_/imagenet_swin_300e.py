@@ -4,9 +4,7 @@
 # warm-up from 2e-6, gradient clipping at 5, label smoothing 0.1, Mixup 0.8 / CutMix 1.0 (one per batch),
 # RandAugment m9-mstd0.5 (increasing), random erasing 0.25 per pixel, bicubic; test: square resize to 256, crop 224.
 # A model config sets the backbone (with num_classes=1000, out_type='logits'); the head is parameter-free.
-_base_ = ['mmpretrain::_base_/default_runtime.py']
-custom_imports = dict(imports=['mmwf'], allow_failed_imports=False)
-runner_type = 'StrictRunner'  # strict checkpoint loading, resume past damaged checkpoints, dataset checks
+_base_ = ['mmpretrain::_base_/default_runtime.py', '../../_base_/mmwf_runtime.py']
 
 num_classes = 1000
 image_size = 224
@@ -68,6 +66,7 @@ train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=1)
 val_cfg = dict()
 test_cfg = dict()
 auto_scale_lr = dict(base_batch_size=2048, enable=False)
-default_hooks = dict(checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=3, save_best='auto'))
+default_hooks = dict(checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=3, save_best='auto'),
+                     **_base_.mmwf_hooks)
 custom_hooks = [dict(type='NonFiniteLossHook')]
 randomness = dict(seed=0)

@@ -1,4 +1,7 @@
+from .dataset_check import DatasetCheckHook
 from .non_finite_loss import NonFiniteLossHook
+from .safe_checkpoint import SafeCheckpointHook
 from .show_predictions import ShowPredictionsHook
+from .strict_load import StrictLoadHook
 
-__all__ = ['NonFiniteLossHook', 'ShowPredictionsHook']
+__all__ = ['DatasetCheckHook', 'NonFiniteLossHook', 'SafeCheckpointHook', 'ShowPredictionsHook', 'StrictLoadHook']

@@ -16,23 +16,8 @@ import torch.utils.checkpoint as cp
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
-from mmwf.models.layers import PatchEmbed, tokens_to_map
-from mmwf.utils.checkpoint import init_weights_pretrained_last
-
-
-def resolve_arch(arch: str | dict, table: dict[str, dict], name: str) -> dict:
-    """An ``arch`` of a backbone's table (by name) or a custom dict with the same keys."""
-    keys = sorted(next(iter(table.values())))
-    if isinstance(arch, str):
-        if arch.lower() not in table:
-            raise ValueError(f'unknown {name} arch {arch!r}; choose from {sorted(table)} or pass a dict with '
-                             f'{", ".join(keys)}')
-        return table[arch.lower()]
-    missing = sorted(set(keys) - set(arch))
-    if missing:
-        raise ValueError(f'custom {name} arch {dict(arch)} lacks {missing}; a custom arch needs {", ".join(keys)}, '
-                         f'e.g. {table[next(iter(table))]}')
-    return arch
+from mmwf.models.initializers import init_weights_pretrained_last
+from mmwf.models.layers import PatchEmbed, resolve_arch, tokens_to_map
 
 
 def resolve_out_indices(out_indices: int | Sequence[int], depth: int, name: str) -> list[int]:
@@ -83,7 +68,8 @@ class PlainBackbone(BaseModule):
     and its pooling.
 
     Args:
-        arch (str | dict): a name of the family's ``ARCH_SETTINGS`` or a dict with the same keys.
+        arch (str | dict): a name of the family's ``ARCH_SETTINGS`` or a dict with exactly their keys
+            (:func:`mmwf.models.layers.resolve_arch`).
         in_channels (int): image channels. Defaults to 3.
         patch_size (int): stem conv kernel and stride p. Defaults to 16.
         out_indices (int | Sequence[int]): blocks whose patch-token outputs :meth:`forward` returns (negative
@@ -97,7 +83,7 @@ class PlainBackbone(BaseModule):
         init_cfg (dict | list[dict], optional): mmengine init config. ``Pretrained`` entries keep mmengine's
             contract (applied after the others; ``prefix`` with or without its dot; ``map_location``; local files,
             URLs and mmengine's named checkpoints) and load strictly
-            (:class:`mmwf.utils.checkpoint.StrictPretrained`): a whole detector / segmentor / classifier /
+            (:class:`mmwf.models.initializers.StrictPretrained`): a whole detector / segmentor / classifier /
             distiller checkpoint gives its backbone's tensors. Defaults to None.
 
     A subclass calls ``super().__init__`` (which builds ``patch_embed``), builds its own stem tensors and
@@ -162,7 +148,7 @@ class PlainBackbone(BaseModule):
 
     def init_weights(self) -> None:
         """mmengine's ``init_weights`` with ``Pretrained`` (and ``SoftmaxTransfer``) entries applied last and
-        strictly (:func:`mmwf.utils.checkpoint.init_weights_pretrained_last`)."""
+        strictly (:func:`mmwf.models.initializers.init_weights_pretrained_last`)."""
         init_weights_pretrained_last(self, super().init_weights)
 
     def init_head(self, num_classes: int) -> None:

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 from mmengine.logging import print_log
-from timm.layers import DropPath, Mlp
+from timm.layers import DropPath, Mlp, resample_abs_pos_embed
 
-from mmwf.models.layers import OPERATORS, partition, resample_grid_tokens, resample_pos_embed, unpartition
+from mmwf.models.layers import OPERATORS, partition, resample_pos_embed, unpartition
 from mmwf.registry import MODELS
 
 from .base import PlainBackbone
@@ -166,11 +166,11 @@ class DeiT(PlainBackbone):
         return [self.patch_embed, self.pos_embed, *([self.cls_token] if hasattr(self, 'cls_token') else [])]
 
     def patch_pos_embed(self, hw: tuple[int, int]) -> torch.Tensor:
-        """Position embedding of the patch tokens, (1, H*W, C), resampled from the pretraining grid."""
-        pos = self.pos_embed[:, 1:]
-        if not torch.compiler.is_exporting() and hw == (self.pretrain_grid, self.pretrain_grid):
-            return pos  # resampling to the same grid is the identity: exported graphs keep it, for every size
-        return resample_grid_tokens(pos, self.pretrain_grid, hw)
+        """Position embedding of the patch tokens, (1, H*W, C), resampled bicubically (without antialiasing, as
+        ViTDet and mmpretrain at run time) from the pretraining grid by timm's ``resample_abs_pos_embed``: the table
+        itself on that grid, except in exported graphs, which resample for every size."""
+        grid = (self.pretrain_grid, self.pretrain_grid)
+        return resample_abs_pos_embed(self.pos_embed[:, 1:], hw, grid, num_prefix_tokens=0, antialias=False)
 
     def embed(self, x: torch.Tensor, classify: bool) -> tuple[torch.Tensor, tuple[int, int], int]:
         """Images -> tokens (B, [1 +] H*W, C) with position embedding; the class token leads when the blocks

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 from timm.layers import DropPath
 
-from mmwf.models.layers import StaticDWConv, StaticLinear, map_to_tokens
+from mmwf.models.layers import StaticDWConv, StaticLinear, dynamic_block_ids, map_to_tokens
 from mmwf.registry import MODELS
 
 from .base import PlainBackbone
@@ -70,21 +70,6 @@ class WeightFormerBlock(nn.Module):
         y = self.drop(torch.ops.aten.gelu_(y) if inplace else self.act(y))
         y = self.drop_path(self.drop(self.linear2(y, hw, z) if self.linear2_context else self.linear2(y, hw)))
         return y.add_(x) if inplace else y + x
-
-
-def dynamic_block_ids(spec: dict | Sequence[int], depth: int) -> set[int]:
-    """The dynamic blocks of a ``depth``-block network: ``dict(every=k, offset=o)`` (block i when i % k == o; the
-    release's classifiers and DiTs: every=3, offset=1) or a list of block indices (negative ones from the end)."""
-    if isinstance(spec, dict):
-        every = spec.get('every')
-        if set(spec) - {'every', 'offset'} or not isinstance(every, int) or every < 1:
-            raise ValueError(f'dynamic_blocks={dict(spec)}: give dict(every=k, offset=o) with k >= 1 (block i is '
-                             'dynamic when i % k == o; the release: every=3, offset=1) or a list of block indices')
-        return {i for i in range(depth) if i % every == spec.get('offset', 0)}
-    ids = {i % depth for i in spec}
-    if any(not -depth <= i < depth for i in spec):
-        raise ValueError(f'dynamic_blocks {list(spec)} out of range for depth {depth}')
-    return ids
 
 
 @MODELS.register_module()

@@ -6,10 +6,10 @@ import torch
 import torch.nn as nn
 from timm.layers import Mlp
 
-from mmwf.models.layers import SoftmaxAttention
+from mmwf.models.layers import SoftmaxAttention, resolve_arch
 from mmwf.registry import MODELS
 
-from .dit_utils import DiffusionTransformer, modulate, resolve_arch
+from .dit_utils import DiffusionTransformer, modulate
 
 # DiT's Table 1: width, depth, heads
 ARCHS = {'S': dict(hidden_size=384, depth=12, num_heads=6), 'B': dict(hidden_size=768, depth=12, num_heads=12),
@@ -54,7 +54,7 @@ class DiT(DiffusionTransformer):
     def __init__(self, arch: str | dict = 'S', patch_size: int = 2, input_size: int = 32, in_channels: int = 4,
                  mlp_ratio: float = 4.0, class_dropout_prob: float = 0.1, num_classes: int = 1000,
                  learn_sigma: bool = True, init_cfg: dict | None = None) -> None:
-        cfg = resolve_arch(arch, ARCHS, 'DiT', ('hidden_size', 'depth', 'num_heads'))
+        cfg = resolve_arch(arch, ARCHS, 'DiT')
         super().__init__(input_size, patch_size, in_channels, cfg['hidden_size'], class_dropout_prob, num_classes,
                          learn_sigma, init_cfg)
         self.blocks = nn.ModuleList(DiTBlock(cfg['hidden_size'], cfg['num_heads'], mlp_ratio)

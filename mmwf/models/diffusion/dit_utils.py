@@ -12,7 +12,8 @@ import math
 import torch
 import torch.nn as nn
 from mmengine.model import BaseModule
-from timm.layers import PatchEmbed
+
+from mmwf.models.layers import PatchEmbed
 
 
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -89,18 +90,6 @@ class FinalLayer(nn.Module):
         return self.linear(modulate(self.norm_final(x), shift, scale))
 
 
-def resolve_arch(arch: str | dict, table: dict[str, dict], family: str, keys: tuple[str, ...]) -> dict:
-    """An arch name of ``table`` or a dict with exactly ``keys``, as a dict; a clear error otherwise."""
-    if isinstance(arch, str):
-        if arch not in table:
-            raise ValueError(f'{family} arch must be one of {sorted(table)} or a dict with {", ".join(keys)}; '
-                             f'got {arch!r}')
-        return dict(table[arch])
-    if set(arch) != set(keys):
-        raise ValueError(f'{family} arch dict needs exactly {", ".join(keys)}; got {sorted(arch)}')
-    return dict(arch)
-
-
 class DiffusionTransformer(BaseModule):
     """DiT's skeleton: patch embedding + fixed sin-cos positions, conditioning c = t_embed(t) + y_embed(y), the
     family's blocks (``self.blocks``, each called as ``block(x, c, hw)``), the final layer and unpatchify. With
@@ -128,7 +117,7 @@ class DiffusionTransformer(BaseModule):
         self.input_size, self.patch_size, self.in_channels = input_size, patch_size, in_channels
         self.learn_sigma, self.num_classes, self.hidden_size = learn_sigma, num_classes, hidden_size
         self.out_channels = in_channels * 2 if learn_sigma else in_channels
-        self.x_embedder = PatchEmbed(input_size, patch_size, in_channels, hidden_size, bias=True)
+        self.x_embedder = PatchEmbed(in_channels, hidden_size, patch_size)
         self.t_embedder = TimestepEmbedder(hidden_size)
         self.y_embedder = LabelEmbedder(num_classes, hidden_size, class_dropout_prob)
         self.grid = input_size // patch_size
@@ -169,7 +158,7 @@ class DiffusionTransformer(BaseModule):
         if x.shape[-2:] != (self.input_size, self.input_size):
             raise ValueError(f'{type(self).__name__} was built for {self.input_size} x {self.input_size} inputs, got '
                              f'{tuple(x.shape[-2:])}: set input_size')
-        tokens = self.x_embedder(x) + self.pos_embed
+        tokens = self.x_embedder(x).flatten(2).transpose(1, 2) + self.pos_embed
         c = self.t_embedder(t) + self.y_embedder(y, self.training)
         hw = (self.grid, self.grid)
         for block in self.blocks:

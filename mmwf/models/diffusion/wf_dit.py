@@ -14,11 +14,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mmwf.models.backbones.weightformer import dynamic_block_ids
-from mmwf.models.layers import AdaptiveDynamicDWConv, BilateralDynamicLinear, StaticDWConv, StaticLinear
+from mmwf.models.layers import (
+    AdaptiveDynamicDWConv,
+    BilateralDynamicLinear,
+    StaticDWConv,
+    StaticLinear,
+    dynamic_block_ids,
+    resolve_arch,
+)
 from mmwf.registry import MODELS
 
-from .dit_utils import DiffusionTransformer, modulate, resolve_arch
+from .dit_utils import DiffusionTransformer, modulate
 
 # the release's DiT_{S,B}_{2,4,8}: 15 blocks
 ARCHS = {'S': dict(hidden_size=384, depth=15), 'B': dict(hidden_size=768, depth=15)}
@@ -57,7 +63,7 @@ class WeightFormerDiT(DiffusionTransformer):
             Defaults to 32.
         in_channels (int): latent channels. Defaults to 4.
         mlp_ratio (float): MLP width / D. Defaults to 4.
-        dynamic_blocks (dict | Sequence[int]): see :func:`mmwf.models.backbones.weightformer.dynamic_block_ids`.
+        dynamic_blocks (dict | Sequence[int]): see :func:`mmwf.models.layers.dynamic_block_ids`.
             Defaults to ``dict(every=3, offset=1)``, the release's (i + 2) % 3 == 0.
         class_dropout_prob (float): label dropout. Defaults to 0.1.
         num_classes (int): classes. Defaults to 1000.
@@ -71,7 +77,7 @@ class WeightFormerDiT(DiffusionTransformer):
                  mlp_ratio: float = 4.0, dynamic_blocks: dict | Sequence[int] = dict(every=3, offset=1),
                  class_dropout_prob: float = 0.1, num_classes: int = 1000, learn_sigma: bool = True,
                  init_cfg: dict | None = None) -> None:
-        cfg = resolve_arch(arch, ARCHS, 'WeightFormerDiT', ('hidden_size', 'depth'))
+        cfg = resolve_arch(arch, ARCHS, 'WeightFormerDiT')
         super().__init__(input_size, patch_size, in_channels, cfg['hidden_size'], class_dropout_prob, num_classes,
                          learn_sigma, init_cfg)
         self.dynamic_ids = dynamic_block_ids(dynamic_blocks, cfg['depth'])

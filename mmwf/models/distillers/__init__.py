@@ -1,3 +1,3 @@
-from .attention_distiller import AttentionDistiller
+from .attention_distiller import AttentionDistiller, student_checkpoint
 
-__all__ = ['AttentionDistiller']
+__all__ = ['AttentionDistiller', 'student_checkpoint']

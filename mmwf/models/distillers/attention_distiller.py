@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from mmengine.model import BaseModel
 
 from mmwf.registry import MODELS
+from mmwf.utils.checkpoint import CheckpointError, unwrap_state_dict
+from mmwf.utils.checkpoint.read import modules_of
 
 
 @contextmanager
@@ -105,3 +107,20 @@ class AttentionDistiller(BaseModel):
         if mode == 'loss':
             return self.loss(inputs, data_samples)
         return self.student(inputs, data_samples, mode)
+
+
+def student_checkpoint(checkpoint: dict, path: str, backbone_only: bool = False) -> dict:
+    """The student of an :class:`AttentionDistiller` checkpoint as a checkpoint of its own: ``{'state_dict': the
+    student's tensors (or its backbone's), 'meta': {'converted_from', 'dataset_meta' when recorded}}``, which
+    loads into the student's config (``load_from``, ``tools/test.py``) or its backbone (``Pretrained``)."""
+    state = unwrap_state_dict(checkpoint, path)
+    prefix = 'student.backbone.' if backbone_only else 'student.'
+    student = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    if not student:
+        raise CheckpointError(f'{path!r} is not a distiller checkpoint: it has no {prefix!r} keys (its keys start '
+                              f'with {modules_of(list(state))}). Give the checkpoint of an AttentionDistiller run.')
+    meta = {'converted_from': path, 'part': 'student.backbone' if backbone_only else 'student'}
+    dataset_meta = (checkpoint.get('meta') or {}).get('dataset_meta') if isinstance(checkpoint, dict) else None
+    if dataset_meta and not backbone_only:
+        meta['dataset_meta'] = dataset_meta
+    return {'state_dict': student, 'meta': meta}

@@ -1,3 +1,4 @@
+from .arch import dynamic_block_ids, resolve_arch
 from .attention import (
                         AttentionBase,
                         ELUAttention,
@@ -24,13 +25,13 @@ from .dynamic_linear import (
                              NonlinearDynamicLinear,
                              StaticLinear,
 )
+from .implementation import implementation
 from .norm import LayerNorm2d
 from .tokens import (
                      PatchEmbed,
                      map_to_tokens,
                      partition,
                      pool_tokens,
-                     resample_grid_tokens,
                      resample_pos_embed,
                      tokens_to_map,
                      unpartition,
@@ -48,4 +49,4 @@ __all__ = ['LayerNorm2d', 'DynamicLinear', 'GAPDynamicLinear', 'LinearDynamicLin
            'KernelAttention', 'OPERATORS', 'SoftmaxAttention', 'ELUAttention', 'ReLUAttention', 'InLineAttention',
            'MHLAttention', 'TTTAttention',
            'PatchEmbed', 'tokens_to_map', 'map_to_tokens', 'pool_tokens', 'partition', 'unpartition',
-           'resample_grid_tokens', 'resample_pos_embed']
+           'resample_pos_embed', 'resolve_arch', 'dynamic_block_ids', 'implementation']

@@ -13,15 +13,17 @@ from torch.nn.init import trunc_normal_
 
 from mmwf.registry import MODELS
 
+from .implementation import kernel
 from .tokens import map_to_tokens, tokens_to_map
 
 
 def adaptive_avg_pool(x: torch.Tensor, size: int) -> torch.Tensor:
-    """``F.adaptive_avg_pool2d(x, size)`` for maps (B, C, H, W). Exporting (either ONNX exporter) or compiling, it is
-    written as two averaging matrices (bin i of a side of n covers [floor(i n / size), ceil((i + 1) n / size)), as
-    PyTorch's): ONNX has no adaptive pooling whose output size does not divide the input, and the matrices are
-    generic in H and W. Eager (and under the FLOP counter) it is PyTorch's op."""
-    if not (torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()):
+    """``F.adaptive_avg_pool2d(x, size)`` for maps (B, C, H, W), by the :func:`~.implementation.kernel` of
+    ``'adaptive_pool'``: PyTorch's op (``'native'``: eager, and under the FLOP counter) or two averaging matrices
+    (``'matrices'``: compiling, ``torch.export`` and either ONNX exporter; bin i of a side of n covers
+    [floor(i n / size), ceil((i + 1) n / size)), as PyTorch's): ONNX has no adaptive pooling whose output size does
+    not divide the input, and the matrices are generic in H and W."""
+    if kernel('adaptive_pool') == 'native':
         return F.adaptive_avg_pool2d(x, size)
     return pooling_matrices(x, size)
 
@@ -40,8 +42,8 @@ def pooling_matrices(x: torch.Tensor, size: int) -> torch.Tensor:
 def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                               impl: str = 'auto') -> torch.Tensor:
     """Depthwise K x K convolution ('same' zero padding) with a kernel per sample: x (B, C, H, W), weight
-    (B, C, K, K), bias (C) -> (B, C, H, W). One operation, three evaluations, chosen by ``impl`` (``'auto'``:
-    by where it runs):
+    (B, C, K, K), bias (C) -> (B, C, H, W). One operation, three evaluations, chosen by ``impl`` (``'auto'``: the
+    :func:`~.implementation.kernel` of ``'depthwise_conv'`` on x's device):
 
     - ``'loop'`` (eager CPU): one depthwise conv per sample on the channels-last views, the fastest here;
     - ``'grouped'`` (eager CUDA, and TorchScript tracing: FLOP counting, the TorchScript ONNX exporter): one grouped
@@ -52,8 +54,7 @@ def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch
     B, C, H, W = x.shape
     k = weight.shape[-1]
     if impl == 'auto':
-        impl = ('grouped' if torch.jit.is_tracing() else 'shift' if torch.compiler.is_compiling() else
-                'loop' if x.device.type == 'cpu' else 'grouped')
+        impl = kernel('depthwise_conv', x.device)
     if impl == 'loop':
         return torch.cat([F.conv2d(x[i:i + 1], weight[i].unsqueeze(1), bias, padding=k // 2, groups=C)
                           for i in range(B)])

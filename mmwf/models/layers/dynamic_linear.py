@@ -13,6 +13,7 @@ from torch.nn.init import trunc_normal_
 
 from mmwf.registry import MODELS
 
+from .implementation import kernel
 from .tokens import pool_tokens
 
 ORDERS = ('auto', 'tokens', 'core')
@@ -21,6 +22,23 @@ ORDERS = ('auto', 'tokens', 'core')
 def check_order(order: str) -> str:
     if order not in ORDERS:
         raise ValueError(f'order must be one of {ORDERS}, got {order!r}')
+    return order
+
+
+def product_cost(*dims: int) -> int:
+    """Multiply-adds of the chain of matrix products of shapes (d0, d1), (d1, d2), ... taken left to right."""
+    return sum(dims[0] * m * k for m, k in zip(dims[1:-1], dims[2:]))
+
+
+def product_order(order: str, cost_tokens: int, cost_core: int) -> str:
+    """The order a dynamic linear evaluates its update in, from the multiply-adds of the two (the one cost rule):
+    ``order`` itself unless it is ``'auto'``; for ``'auto'``, the :func:`~.implementation.kernel` of
+    ``'product_order'``: ``'core'`` in exported graphs (they serve every size: the order independent of N after the
+    small core), else the cheaper order (``'tokens'`` on a tie)."""
+    if order == 'auto':
+        order = kernel('product_order')
+    if order == 'cheaper':
+        return 'tokens' if cost_tokens <= cost_core else 'core'
     return order
 
 
@@ -89,15 +107,12 @@ def sandwich(left: torch.Tensor, x: torch.Tensor, right: torch.Tensor, scale: fl
 
     ``'tokens'``: (left X^T)(X right), through (N, a) and (N, b) intermediates (cheap for few tokens; the order
     whose FLOPs the paper's Table 2 reports); ``'core'``: left (X^T X) right, through the (C, C) correlation
-    (independent of N after it); ``'auto'``: whichever costs fewer multiply-adds (``'core'`` in ``torch.export``,
-    whose graph serves every size)."""
+    (independent of N after it); ``'auto'``: :func:`product_order`."""
     n, c = x.shape[1], x.shape[2]
     a, b = left.shape[0], right.shape[1]
-    cost_tokens = n * (a * c + c * b + a * b)
-    cost_core = n * c * c + min(a * c * c + a * c * b, c * c * b + a * c * b)
-    if order == 'auto' and torch.compiler.is_exporting():
-        order = 'core'  # exported graphs serve every size: the order independent of N after the small core
-    if order == 'tokens' or (order == 'auto' and cost_tokens <= cost_core):
+    cost_tokens = product_cost(n, c, a) + product_cost(n, c, b) + product_cost(b, n, a)
+    cost_core = product_cost(c, n, c) + min(product_cost(a, c, c, b), product_cost(b, c, c, a))
+    if product_order(order, cost_tokens, cost_core) == 'tokens':
         p = torch.matmul(x, left.t()) * scale  # (B, N, a) = (left X^T)^T
         q = torch.matmul(x, right)  # (B, N, b)
         return torch.matmul(q.transpose(1, 2), p).transpose(1, 2)
@@ -163,7 +178,7 @@ class DeepDynamicLinear(CorrelationDynamicLinear):
         xp, scale = self.tokens(x, hw)
         inner = F.silu(sandwich(self.w2, xp, self.w3, scale, self.order))  # (B, r1, r2)
         (cin, r1), (r2, cout) = self.w1.shape, self.w4.shape
-        if cin * r2 * (r1 + cout) <= r1 * cout * (r2 + cin):  # (W1 inner) W4 vs W1 (inner W4)
+        if product_cost(cin, r1, r2, cout) <= product_cost(cout, r2, r1, cin):  # (W1 inner) W4 vs W1 (inner W4)
             return torch.matmul(torch.matmul(self.w1, inner), self.w4)
         return torch.matmul(self.w1, torch.matmul(inner, self.w4))
 
@@ -202,12 +217,12 @@ class BilateralDynamicLinear(DynamicLinear):
         a, b = F.silu(self.wfm(xp)).split([self.r_in, self.r_out], dim=-1)
         a = a * (self.context_features ** -0.5 / x.shape[1])
         n, cin, cout, ri, ro = xp.shape[1], self.in_features, self.out_features, self.r_in, self.r_out
-        cost_tokens = n * (ri * cin + ro * cout + cin * cout)
-        cost_core = n * ri * ro + cin * ri * ro + cin * ro * cout
+        cost_tokens = product_cost(n, ri, cin) + product_cost(n, ro, cout) + product_cost(cout, n, cin)
+        # the core order counted as (w1^T core) w2; it is evaluated below as (w2^T core^T) w1
+        cost_core = product_cost(ro, n, ri) + product_cost(cin, ri, ro, cout)
         # both orders build dW^T (B, Cout, Cin) contiguously: the column norms then reduce over
         # contiguous memory, and the matmul with x reads the transpose for free
-        order = 'core' if self.order == 'auto' and torch.compiler.is_exporting() else self.order  # any size
-        if order == 'tokens' or (order == 'auto' and cost_tokens <= cost_core):
+        if product_order(self.order, cost_tokens, cost_core) == 'tokens':
             p, q = torch.matmul(a, self.w1), torch.matmul(b, self.w2)
             return torch.matmul(q.transpose(1, 2), p).transpose(1, 2)
         core_t = torch.matmul(b.transpose(1, 2), a)

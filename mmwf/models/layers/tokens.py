@@ -7,11 +7,13 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from timm.layers import resample_abs_pos_embed
 
 
 class PatchEmbed(nn.Module):
     """Non-overlapping patches -> tokens: ``proj`` Conv2d(in_channels, embed_dims, p, stride p), as timm's
-    ``PatchEmbed`` (key ``patch_embed.proj``), without flattening: :meth:`forward` returns the map.
+    ``PatchEmbed`` (keys ``<name>.proj.*``: the backbones' ``patch_embed``, the denoisers' ``x_embedder``), without
+    flattening: :meth:`forward` returns the map.
 
     Args:
         in_channels (int): image channels.
@@ -68,18 +70,11 @@ def unpartition(x: torch.Tensor, hw: tuple[int, int], block: tuple[int, int],
     return x[..., :H, :W, :].reshape(*lead, H * W, C)
 
 
-def resample_grid_tokens(tokens: torch.Tensor, grid: int, hw: tuple[int, int], antialias: bool = False) -> torch.Tensor:
-    """Tokens (1, grid*grid, C) of a square grid (a position table) -> (1, H*W, C) on ``hw``, bicubic (``antialias``
-    when shrinking, as timm converts checkpoints; ViTDet and mmpretrain resample at run time without)."""
-    x = tokens.reshape(1, grid, grid, -1).permute(0, 3, 1, 2).float()
-    x = F.interpolate(x, size=hw, mode='bicubic', align_corners=False, antialias=antialias)
-    return x.permute(0, 2, 3, 1).flatten(1, 2).to(tokens.dtype)
-
-
 def resample_pos_embed(pos: torch.Tensor, grid: int) -> torch.Tensor:
-    """A checkpoint's position table (1, 1 + g*g, C) -> (1, 1 + grid*grid, C): the patch part resampled bicubically
-    with antialiasing (timm's ``checkpoint_filter_fn``), the class slot kept."""
+    """A checkpoint's position table (1, 1 + g*g, C) -> (1, 1 + grid*grid, C): timm's ``resample_abs_pos_embed``
+    (as its ``checkpoint_filter_fn``: the patch part bicubic with antialiasing, the class slot kept), once the table
+    is checked to be a class slot plus a square grid (timm would take the floor of a non-square root)."""
     g = int(round((pos.shape[1] - 1) ** 0.5))
     if pos.dim() != 3 or g * g != pos.shape[1] - 1:
         raise ValueError(f'pos_embed of shape {tuple(pos.shape)} is not a class slot plus a square grid')
-    return torch.cat([pos[:, :1], resample_grid_tokens(pos[:, 1:], g, (grid, grid), antialias=True)], 1)
+    return resample_abs_pos_embed(pos, (grid, grid), (g, g), num_prefix_tokens=1, antialias=True)

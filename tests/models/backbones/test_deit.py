@@ -43,6 +43,23 @@ def keys_bicubic_matrix(n_in: int, n_out: int) -> torch.Tensor:
     return m
 
 
+def antialiased_bicubic_matrix(n_in: int, n_out: int) -> torch.Tensor:
+    """(n_out, n_in) 1-D antialiased bicubic resampling (PIL's, as timm converts checkpoints), written from the
+    formulas: Keys' kernel with a = -0.5, stretched by the scale s = n_in / n_out when shrinking, at half-pixel
+    centres; taps outside the input are dropped and each row normalised to sum 1."""
+    a, s = -0.5, n_in / n_out
+    stretch, m = max(s, 1.0), torch.zeros(n_out, n_in, dtype=torch.float64)
+
+    def w(d):
+        d = abs(d)
+        return ((a + 2) * d ** 3 - (a + 3) * d ** 2 + 1 if d < 1 else
+                a * d ** 3 - 5 * a * d ** 2 + 8 * a * d - 4 * a if d < 2 else 0.0)
+    for i in range(n_out):
+        for j in range(n_in):
+            m[i, j] = w((j + 0.5 - (i + 0.5) * s) / stretch)
+    return m / m.sum(1, keepdim=True)
+
+
 def test_dense_backbone_skips_head_and_resamples_position_embedding_bicubically(timm_deit, tmp_path):
     """The 14 x 14 table of a 224 checkpoint, resampled at run time to a 21 x 30 grid (ViTDet's get_abs_pos: bicubic,
     no antialiasing), equals the hand-written bicubic interpolation; the head and class token are not loaded."""
@@ -103,17 +120,42 @@ def test_windows_with_class_token_is_rejected():
 @pytest.mark.parametrize('grid', [7, 24], ids=['smaller grid', 'larger grid'])
 def test_checkpoint_of_another_grid_is_resampled_as_timm_does(tmp_path, grid):
     """A DeiT checkpoint trained at another size (grid x grid positions) loads into a 224 model: its position
-    table is resampled to 14 x 14 exactly as timm's checkpoint_filter_fn does (bicubic, antialiased)."""
-    from timm.layers import resample_abs_pos_embed
+    table is resampled to 14 x 14 as timm's checkpoint_filter_fn does (bicubic, antialiased: the hand-written
+    resampling above), the class slot kept."""
     arch = dict(embed_dims=32, depth=1, num_heads=2, mlp_ratio=2)
     source = DeiT(arch, pretrain_size=16 * grid)
     state = {k: v + torch.randn_like(v) for k, v in source.state_dict().items()}
     torch.save(state, tmp_path / 'deit.pth')
     model = DeiT(arch, init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'deit.pth')))
     model.init_weights()
-    expected = resample_abs_pos_embed(state['pos_embed'], new_size=(14, 14), num_prefix_tokens=1)
-    assert torch.allclose(model.pos_embed, expected, atol=1e-6)
+    table = state['pos_embed'][0, 1:].double().reshape(grid, grid, -1)
+    m = antialiased_bicubic_matrix(grid, 14)
+    expected = torch.einsum('ih,hwc,jw->ijc', m, table, m).flatten(0, 1)
+    torch.testing.assert_close(model.pos_embed[0, 1:].double(), expected, rtol=0, atol=1e-5)
+    assert torch.equal(model.pos_embed[0, 0], state['pos_embed'][0, 0])
     assert torch.equal(model.blocks[0].attn.qkv.weight, state['blocks.0.attn.qkv.weight'])
+
+
+def test_a_position_table_that_is_not_a_class_slot_plus_a_square_is_rejected():
+    from mmwf.models.layers import resample_pos_embed
+    with pytest.raises(ValueError, match=r'shape \(1, 13, 8\) is not a class slot plus a square grid'):
+        resample_pos_embed(torch.zeros(1, 13, 8), 4)
+
+
+def test_graph_exported_at_the_pretraining_grid_serves_other_grids():
+    """At its pretraining grid the table is used as it is, but an exported graph resamples for every size: one
+    exported there gives eager's outputs on other grids."""
+    from torch.export import Dim, export
+    model = DeiT(dict(embed_dims=32, depth=1, num_heads=2, mlp_ratio=2), pretrain_size=16 * 6).eval()
+    with torch.no_grad():
+        model.pos_embed.normal_()
+    assert torch.equal(model.patch_pos_embed((6, 6)), model.pos_embed[:, 1:])
+    dims = {'x': {0: Dim('batch', min=1, max=8), 2: 16 * Dim('h', min=2, max=32), 3: 16 * Dim('w', min=2, max=32)}}
+    program = export(model, (torch.randn(2, 3, 16 * 6, 16 * 6),), dynamic_shapes=dims).module()
+    for shape in ((1, 3, 16 * 6, 16 * 6), (3, 3, 16 * 5, 16 * 9)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            torch.testing.assert_close(program(x)[0], model(x)[0], rtol=1e-5, atol=1e-5)
 
 
 def test_layer_scale_starts_at_one_from_a_plain_checkpoint_and_scales_the_branches(tmp_path):

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from mmwf.models.diffusion import DiT, WeightFormerDiT, sincos_pos_embed_2d, timestep_embedding
+from mmwf.models.layers import PatchEmbed
 
 SMALL_WF = dict(hidden_size=32, depth=4)
 
@@ -38,6 +39,7 @@ STEM = {'x_embedder.proj.weight', 'x_embedder.proj.bias', 'pos_embed', 't_embedd
 
 def test_state_dict_layouts_are_the_releases_and_dits():
     wf = WeightFormerDiT('S', patch_size=2)
+    assert isinstance(wf.x_embedder, PatchEmbed)  # the backbones' patch embedding, under DiT's key
     assert set(wf.state_dict()) == STEM | set().union(*(block_keys(f'blocks.{i}', (i + 2) % 3 == 0) for i in range(15)))
     assert sorted(wf.dynamic_ids) == [1, 4, 7, 10, 13]
     assert wf.state_dict()['blocks.1.linear1.w1'].shape == (96, 384)  # Cin / 4 x Cin
@@ -151,9 +153,10 @@ def test_label_dropout_in_training_only():
 
 
 def test_clear_errors():
-    with pytest.raises(ValueError, match=re.escape("WeightFormerDiT arch must be one of ['B', 'S']")):
+    with pytest.raises(ValueError, match=re.escape("unknown WeightFormerDiT arch 'XL'; choose from ['B', 'S']")):
         WeightFormerDiT('XL')
-    with pytest.raises(ValueError, match='needs exactly hidden_size, depth, num_heads'):
+    with pytest.raises(ValueError, match=re.escape("lacks ['num_heads']; a custom arch needs exactly depth, "
+                                                   'hidden_size, num_heads')):
         DiT(dict(hidden_size=32, depth=2))
     with pytest.raises(ValueError, match='not a multiple of patch_size'):
         DiT('S', patch_size=3)

@@ -1,0 +1,156 @@
+"""Strict loading under any mmengine runner: ``load_from`` (test, fine-tuning) and resume stop on a checkpoint that
+does not fit, before the first batch.
+
+mmengine's runners load checkpoints with ``strict=False``: a checkpoint of another model skips every mismatched
+key, and ``tools/test.py`` then reports the metric of a randomly initialised model. ``Runner`` and
+``FlexibleRunner`` (all its strategies) call ``after_load_checkpoint`` between reading the file and loading the
+model; this hook loads the state there (:func:`mmwf.utils.checkpoint.load_checked`, after the modules' own load
+hooks) and stops on any missing, unexpected or mis-shaped key. Resuming, the saved optimizer state must fit the
+parameters; evaluating or resuming, the datasets must have the classes the checkpoint was trained on.
+"""
+from __future__ import annotations
+
+import os.path as osp
+import re
+
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
+
+from mmwf.datasets.checks import check_classes
+from mmwf.registry import HOOKS
+from mmwf.utils.checkpoint import (
+    CheckpointError,
+    CheckpointMismatchError,
+    checkpoint_problem,
+    load_checked,
+    mismatch_lines,
+)
+
+from .runner_state import built_datasets, is_resuming
+
+PARTIAL_LOAD = 'partial_load'  # the config key of the opt-out
+
+# optimizer state entries of a parameter's own shape (Adam / AdamW / NAdam / RAdam / Adamax, SGD, RMSprop,
+# Adagrad, Adadelta, ASGD, Rprop, Lion); factored or quantized states (Adafactor, 8-bit) are not compared
+ELEMENTWISE_STATE = ('exp_avg', 'exp_avg_sq', 'max_exp_avg_sq', 'exp_inf', 'momentum_buffer', 'square_avg',
+                     'grad_avg', 'sum', 'acc_delta', 'ax', 'prev', 'step_size')
+
+
+def optimizer_state_mismatch(optimizer, saved: dict, names: dict[int, str]) -> list[str]:
+    """Lines naming how a saved optimizer state does not fit ``optimizer`` (group count, parameters per group,
+    shapes of the element-wise state entries); empty when it fits. ``names`` maps ``id(parameter)`` to its name."""
+    import torch
+    groups, saved_groups = optimizer.param_groups, saved.get('param_groups', [])
+    if len(groups) != len(saved_groups):
+        return [f'{len(saved_groups)} parameter groups in the checkpoint vs {len(groups)} here (the trainable '
+                'parameters or paramwise_cfg differ)']
+    lines = [f'group {i}: {len(s["params"])} parameters in the checkpoint vs {len(g["params"])} here'
+             for i, (g, s) in enumerate(zip(groups, saved_groups)) if len(g['params']) != len(s['params'])]
+    if lines:
+        return lines
+    state = saved.get('state', {})
+    shapes = []
+    for group, saved_group in zip(groups, saved_groups):
+        for param, pid in zip(group['params'], saved_group['params']):
+            for key, value in state.get(pid, {}).items():
+                if key in ELEMENTWISE_STATE and isinstance(value, torch.Tensor) and value.shape != param.shape:
+                    shapes.append(f'{names.get(id(param), "?")} ({key}): checkpoint {tuple(value.shape)} vs '
+                                  f'parameter {tuple(param.shape)}')
+    return [f'state shape mismatches ({len(shapes)}): {", ".join(shapes[:8])}{" ..." if len(shapes) > 8 else ""}'
+            ] if shapes else []
+
+
+def _hints(own: set[str], state: set[str]) -> list[str]:
+    """What a mismatched checkpoint probably is, and what to do with it."""
+    if any(k.startswith('student.') for k in state) and not any(k.startswith('student.') for k in own):
+        return ['It is a distiller checkpoint: write its student as a checkpoint of its own with '
+                '`python tools/model_converters/extract_student.py SRC DST`.']
+    if state and sum(f'backbone.{k}' in own for k in state) >= len(state) / 2:
+        return ["It is a backbone checkpoint: give it to the backbone instead, "
+                "model.backbone.init_cfg=dict(type='Pretrained', checkpoint=PATH)."]
+    return []
+
+
+def loaded_file(runner) -> str:
+    """The checkpoint the runner is loading: its ``load_from``, else what ``last_checkpoint`` names (mmengine's
+    auto-resume)."""
+    if runner._load_from:
+        return str(runner._load_from)
+    last = osp.join(runner.work_dir, 'last_checkpoint')
+    if osp.isfile(last):
+        with open(last) as f:
+            return f.read().strip()
+    return ''
+
+
+@HOOKS.register_module()
+class StrictLoadHook(Hook):
+    """Load checkpoints strictly under any runner (module docstring). The config key ``partial_load=True`` loads
+    only the matching tensors instead (fine-tuning with another head), listing the keys left out.
+
+    Args:
+        revise_keys (list): (pattern, replacement) pairs applied to the checkpoint's keys, as mmengine's
+            ``load_checkpoint``. Defaults to ``[(r'^module\\.', '')]``, mmengine's.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self, revise_keys: list | None = None) -> None:
+        self.revise_keys = revise_keys if revise_keys is not None else [(r'^module\.', '')]
+
+    def before_run(self, runner) -> None:
+        """Before ``Runner`` loads (``FlexibleRunner`` loads before its hooks run): a checkpoint that cannot be read
+        is one error naming the file, what is wrong and the fix."""
+        if runner._has_loaded or not (runner._load_from or runner._resume):
+            return
+        path = loaded_file(runner)
+        if osp.isfile(path):
+            problem = checkpoint_problem(path, allowed=[])  # what mmengine's loader, torch's defaults, accepts
+            if problem is not None:
+                raise problem
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        filename = loaded_file(runner)
+        state = checkpoint.get('state_dict', checkpoint)
+        if not isinstance(state, dict):
+            raise CheckpointError(f'cannot read checkpoint {filename!r}: it is not a state dict (found '
+                                  f'{type(state).__name__}).')
+        for pattern, replacement in self.revise_keys:
+            state = {re.sub(pattern, replacement, k): v for k, v in state.items()}
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        partial = bool(runner.cfg.get(PARTIAL_LOAD, False))
+        mismatch = load_checked(model, state)
+        if mismatch and partial:
+            runner.logger.warning('\n'.join([f'{PARTIAL_LOAD}=True: loaded only the tensors of {filename} that match '
+                                             'the model; left out:', *mismatch_lines(mismatch)]))
+        elif mismatch:
+            raise CheckpointMismatchError('\n'.join([
+                f'checkpoint {filename!r} does not match the model of this config ({type(model).__name__}); the run '
+                'stops before the first batch.', *mismatch_lines(mismatch),
+                *_hints(set(model.state_dict()), set(state)),
+                'Use the checkpoint this config trained. To load only the matching tensors on purpose (fine-tuning '
+                f'with another head), set {PARTIAL_LOAD}=True (--cfg-options {PARTIAL_LOAD}=True).']))
+        resuming = is_resuming(runner)
+        if resuming and 'optimizer' in checkpoint:
+            self._check_optimizer(runner, model, checkpoint['optimizer'], filename)
+        trained = ((checkpoint.get('meta') or {}).get('dataset_meta') or {}).get('classes')
+        splits = built_datasets(runner)
+        if trained and (resuming or 'train' not in splits):
+            check_classes(splits, model, (filename, list(trained)))
+
+    @staticmethod
+    def _check_optimizer(runner, model, saved: dict, filename: str) -> None:
+        from mmengine.optim import OptimWrapper, OptimWrapperDict
+        wrapper = runner.optim_wrapper
+        if not isinstance(wrapper, (OptimWrapper, OptimWrapperDict)):  # not built: nothing to compare with
+            return
+        names = {id(p): n for n, p in model.named_parameters()}
+        wrappers = wrapper.optim_wrappers if isinstance(wrapper, OptimWrapperDict) else {'': wrapper}
+        for key, each in wrappers.items():
+            mismatch = optimizer_state_mismatch(each.optimizer, saved[key] if key else saved, names)
+            if mismatch:
+                raise CheckpointMismatchError('\n'.join([
+                    f'cannot resume from {filename!r}: its optimizer state{f" ({key})" if key else ""} does not '
+                    'fit the parameters of this config.', *mismatch,
+                    'Resume with the config the checkpoint was trained with, or start a new run from its '
+                    'weights with load_from=PATH (no --resume).']))

@@ -1,0 +1,43 @@
+"""Starting a run of a config, as ``tools/train.py`` and ``tools/test.py`` do."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from mmengine.config import Config
+
+from mmwf.datasets.checks import annotation_file_error, check_dataset_paths
+from mmwf.utils.checkpoint import checkpoint_problem
+from mmwf.utils.runtime import adapt_to_device, init_cpu_distributed
+
+
+def build_runner(cfg: Config, splits: tuple[str, ...]):
+    """Check the data of ``splits`` and the checkpoint to load, adapt the config to the device, start CPU
+    distribution if asked, and build the config's runner (mmengine's ``Runner`` unless the config names another
+    ``runner_type``, e.g. ``FlexibleRunner``)."""
+    from mmengine.registry import RUNNERS
+
+    check_dataset_paths(cfg, splits)
+    path = cfg.get('load_from')
+    if path and '://' not in str(path):
+        problem = checkpoint_problem(str(path), allowed=[])  # what mmengine's loader, torch's defaults, accepts
+        if problem is not None:
+            raise problem
+    adapt_to_device(cfg)
+    init_cpu_distributed(cfg)
+    return RUNNERS.build(cfg)
+
+
+@contextmanager
+def named_annotation_errors(cfg: Config) -> Iterator[None]:
+    """An annotation file that is not valid JSON, found while the run builds its datasets or metrics, named with its
+    path, line and column (mmdet's and mmengine's readers raise the bare JSON error)."""
+    try:
+        yield
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        for key in ('train_dataloader', 'val_dataloader', 'test_dataloader', 'val_evaluator', 'test_evaluator'):
+            named = annotation_file_error(cfg.get(key) or {})
+            if named is not None:
+                raise named from err
+        raise

@@ -1,0 +1,50 @@
+"""One rank of the FlexibleRunner check (tests/engine/test_flexible_runner.py), started by torch.distributed.run:
+the toy model under mmengine's FlexibleRunner with a DDP strategy on gloo and the hooks of mmwf's configs. It
+trains and saves, then meets the bad inputs whose errors the Runner gives too; each rank writes what it saw."""
+import json
+import os
+import sys
+
+import torch.distributed as dist
+from mmengine.runner import FlexibleRunner
+
+import mmwf  # noqa: F401  (registers the hooks)
+from tests.toy import ToyModel, make_runner
+
+STRATEGY = dict(type='DDPStrategy', model_wrapper=dict(type='MMDistributedDataParallel', device_ids=None,
+                                                       broadcast_buffers=False))
+
+
+def flexible(work_dir, max_iters, **kwargs):
+    return make_runner(work_dir, max_iters, FlexibleRunner, strategy=STRATEGY, launcher='pytorch',
+                       env_cfg=dict(dist_cfg=dict(backend='gloo')), **kwargs)
+
+
+def outcome(run) -> str:
+    try:
+        run()
+    except Exception as err:  # what the user sees
+        return f'{type(err).__name__}: {err}'
+    return 'ok'
+
+
+def main(out: str) -> None:
+    dist.init_process_group('gloo')  # as mmwf's tools start it without CUDA (mmengine's own start needs a GPU)
+    work = os.path.join(out, 'run')
+    seen = {'train': outcome(flexible(work, 3).train)}
+    checkpoint = os.path.join(work, 'iter_3.pth')
+    seen['other model'] = outcome(flexible(os.path.join(out, 'other'), 4, model=ToyModel(3),
+                                           load_from=checkpoint).train)
+    seen['other optimizer layout'] = outcome(flexible(os.path.join(out, 'layout'), 4, load_from=checkpoint, resume=True,
+                                                      optim_wrapper=dict(optimizer=dict(type='AdamW', lr=0.01),
+                                                                         paramwise_cfg=dict(bias_lr_mult=2.0))).train)
+    resumed = flexible(os.path.join(out, 'resumed'), 4, load_from=checkpoint, resume=True)
+    seen['resume'] = outcome(resumed.train)
+    seen['resumed iter'] = resumed.iter
+    with open(os.path.join(out, f'rank{dist.get_rank()}.json'), 'w') as f:
+        json.dump(seen, f)
+    dist.destroy_process_group()
+
+
+if __name__ == '__main__':
+    main(sys.argv[1])

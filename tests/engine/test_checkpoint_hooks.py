@@ -1,0 +1,207 @@
+"""The runner pieces of mmwf's configs under mmengine's own Runner: strict loading with an explicit opt-out
+(StrictLoadHook), plain and atomic checkpoints that record their run (SafeCheckpointHook), and the resume rule
+(resume_checkpoint). Their errors, with the words a user needs, are cases of tests/test_bad_inputs.py."""
+import glob
+import os
+import struct
+import subprocess
+import sys
+import zipfile
+
+import pytest
+import torch
+import torch.nn as nn
+
+import mmwf  # noqa: F401  (registers the hooks)
+from mmwf.engine import resume_checkpoint
+from mmwf.engine.hooks.strict_load import optimizer_state_mismatch
+from mmwf.utils.checkpoint import CheckpointError, atomic_write, checkpoint_problem
+from tests.toy import ToyModel, make_runner
+
+
+class TwoLayers(ToyModel):
+    def __init__(self, out_features=1):
+        super().__init__()
+        self.extra = nn.Linear(4, out_features)
+
+
+def log_text(work_dir) -> str:
+    return ''.join(open(f).read() for f in glob.glob(os.path.join(work_dir, '*', '*.log')))
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+    """A toy run of 6 iterations with checkpoints at 3 and 6."""
+    work = tmp_path_factory.mktemp('trained')
+    make_runner(work, 6).train()
+    return work
+
+
+def damage(path, how):
+    data = bytearray(path.read_bytes())
+    if how == 'truncated':  # a run killed while writing in place
+        path.write_bytes(bytes(data[:len(data) // 2]))
+    else:  # the bytes of the pickle flipped: the archive opens, a member's CRC fails
+        with zipfile.ZipFile(path) as archive:
+            info = next(i for i in archive.infolist() if i.filename.endswith('data.pkl'))
+        name_len, extra_len = struct.unpack('<HH', data[info.header_offset + 26:info.header_offset + 30])
+        start = info.header_offset + 30 + name_len + extra_len
+        data[start:start + 8] = bytes(b ^ 0xFF for b in data[start:start + 8])
+        path.write_bytes(bytes(data))
+
+
+def test_resume_takes_the_current_run_not_a_newer_file_of_an_earlier_one(tmp_path):
+    make_runner(tmp_path, 4, interval=2).train()  # an earlier run: iter_2, iter_4
+    make_runner(tmp_path, 2, interval=1).train()  # a fresh run in the same folder: iter_1, iter_2
+    path, notes = resume_checkpoint(str(tmp_path))
+    assert path == str(tmp_path / 'iter_2.pth') and notes == []
+    runner = make_runner(tmp_path, 3, interval=1, load_from=path, resume=True)
+    runner.train()
+    assert 'resumed epoch: 0, iter: 2' in log_text(tmp_path)
+
+
+@pytest.mark.parametrize('how', ['truncated', 'corrupt member'])
+def test_a_damaged_last_checkpoint_falls_back_within_its_run(tmp_path, how):
+    make_runner(tmp_path, 4, interval=2).train()  # an earlier run: iter_2, iter_4
+    make_runner(tmp_path, 2, interval=1).train()  # the current run: iter_1, iter_2 (overwriting)
+    fresh_run = torch.load(tmp_path / 'iter_1.pth', weights_only=True)['meta']['run_id']
+    earlier_run = torch.load(tmp_path / 'iter_4.pth', weights_only=True)['meta']['run_id']
+    assert fresh_run != earlier_run
+    damage(tmp_path / 'iter_2.pth', how)
+    path, notes = resume_checkpoint(str(tmp_path))
+    assert path == str(tmp_path / 'iter_1.pth')  # not the earlier run's complete, higher iter_4
+    assert notes[0].startswith(f'cannot resume from {tmp_path / "iter_2.pth"}: ')
+    runner = make_runner(tmp_path, 3, interval=1, load_from=path, resume=True)
+    runner.train()
+    assert torch.load(tmp_path / 'iter_3.pth', weights_only=True)['meta']['run_id'] == fresh_run
+
+
+def test_no_fallback_outside_the_run(tmp_path):
+    make_runner(tmp_path, 2, interval=2).train()  # an earlier run: iter_2
+    make_runner(tmp_path, 1, interval=1).train()  # the current run: iter_1 only
+    damage(tmp_path / 'iter_1.pth', 'truncated')
+    with pytest.raises(CheckpointError, match='no other complete checkpoint of that run is left .*iter_2.pth'):
+        resume_checkpoint(str(tmp_path))
+
+
+def test_no_fallback_without_a_record_of_the_run(trained, tmp_path):
+    for name in ('iter_3.pth', 'iter_6.pth'):
+        (tmp_path / name).write_bytes((trained / name).read_bytes())
+    (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'iter_6.pth'))
+    damage(tmp_path / 'iter_6.pth', 'truncated')
+    with pytest.raises(CheckpointError, match=r'\.mmwf_run is missing.*--resume PATH'):
+        resume_checkpoint(str(tmp_path))
+
+
+def test_nothing_saved_means_nothing_to_resume(tmp_path):
+    assert resume_checkpoint(str(tmp_path)) == (None, [
+        f'resume: nothing to resume in {tmp_path}: no last_checkpoint (no checkpoint was saved there). Training '
+        'from scratch.'])
+
+
+def without_crcs(path, state):
+    torch.serialization.set_crc32_options(False)
+    try:
+        torch.save(state, path)
+    finally:
+        torch.serialization.set_crc32_options(True)
+
+
+def test_checkpoint_written_without_crcs_is_complete_or_damaged_by_loading(tmp_path):
+    without_crcs(tmp_path / 'whole.pth', {'state_dict': {'w': torch.ones(64)}})
+    assert checkpoint_problem(str(tmp_path / 'whole.pth')) is None
+    data = (tmp_path / 'whole.pth').read_bytes()
+    (tmp_path / 'cut.pth').write_bytes(data[:len(data) // 2])
+    assert 'truncated or damaged' in checkpoint_problem(str(tmp_path / 'cut.pth')).what
+    flipped = tmp_path / 'flipped.pth'
+    flipped.write_bytes(data)
+    damage(flipped, 'corrupt member')  # no CRC to catch it: only loading does
+    assert checkpoint_problem(str(flipped)) is not None
+
+
+def test_factored_optimizer_state_fits():
+    """Adafactor keeps row / column statistics of other shapes than the parameter: not a mismatch."""
+    param = torch.nn.Parameter(torch.randn(8, 4))
+    optimizer = torch.optim.Adafactor([param])
+    param.grad = torch.randn(8, 4)
+    optimizer.step()
+    assert optimizer_state_mismatch(optimizer, optimizer.state_dict(), {id(param): 'w'}) == []
+    other = torch.optim.AdamW([torch.nn.Parameter(torch.randn(8, 5))])
+    other.param_groups[0]['params'][0].grad = torch.randn(8, 5)
+    other.step()
+    assert optimizer_state_mismatch(torch.optim.AdamW([param]), other.state_dict(), {id(param): 'w'}) == [
+        'state shape mismatches (2): w (exp_avg): checkpoint (8, 5) vs parameter (8, 4), w (exp_avg_sq): checkpoint '
+        '(8, 5) vs parameter (8, 4)']
+
+
+class Renamed(ToyModel):
+    """A model whose load hook converts an older key layout (as mmpretrain's and mmdet's models do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_load_state_dict_pre_hook(self.rename)
+
+    @staticmethod
+    def rename(module, state, prefix, *args):
+        for key in [k for k in state if k.startswith(prefix + 'old_linear.')]:
+            state[key.replace('old_linear.', 'linear.')] = state.pop(key)
+
+
+def test_load_hooks_of_the_model_run_before_the_strict_check(trained, tmp_path):
+    saved = torch.load(trained / 'iter_6.pth', weights_only=True)
+    saved['state_dict'] = {k.replace('linear.', 'old_linear.'): v for k, v in saved['state_dict'].items()}
+    torch.save(saved, tmp_path / 'old_layout.pth')
+    runner = make_runner(tmp_path / 'run', 1, model=Renamed(), load_from=str(tmp_path / 'old_layout.pth'))
+    runner.load_or_resume()
+    assert torch.equal(runner.model.linear.weight, saved['state_dict']['old_linear.weight'])
+
+
+def test_a_write_removes_what_killed_writers_of_this_machine_left(tmp_path):
+    from mmwf.utils.checkpoint.write import _HOST
+    ended = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'], capture_output=True, text=True)
+    dead = tmp_path / f'.iter_3.pth.{_HOST}.{int(ended.stdout)}.0123abcd.tmp'
+    live = tmp_path / f'.iter_4.pth.{_HOST}.{os.getpid()}.0123abcd.tmp'  # a save in progress in this process
+    remote = tmp_path / f'.iter_5.pth.another-host.{int(ended.stdout)}.0123abcd.tmp'
+    other = tmp_path / '.notes.tmp'  # not ours
+    for path in (dead, live, remote, other):
+        path.write_bytes(b'half a checkpoint')
+    atomic_write(str(tmp_path / 'iter_6.pth'), lambda f: f.write(b'whole'))
+    assert not dead.exists() and live.exists() and remote.exists() and other.exists()
+    assert (tmp_path / 'iter_6.pth').read_bytes() == b'whole'
+
+
+def test_partial_load_loads_the_matching_tensors_and_logs_the_rest(trained, tmp_path):
+    runner = make_runner(tmp_path, 1, model=TwoLayers(), load_from=str(trained / 'iter_6.pth'),
+                         cfg=dict(partial_load=True))
+    runner.load_or_resume()
+    saved = torch.load(trained / 'iter_6.pth', weights_only=True)['state_dict']
+    assert torch.equal(runner.model.linear.weight, saved['linear.weight'])
+    log = log_text(tmp_path)
+    assert f'partial_load=True: loaded only the tensors of {trained / "iter_6.pth"} that match the model' in log
+    assert 'missing keys (2): extra.bias, extra.weight' in log
+
+
+def test_matching_checkpoint_loads_every_tensor(trained, tmp_path):
+    runner = make_runner(tmp_path, 1, load_from=str(trained / 'iter_6.pth'))
+    runner.load_or_resume()
+    saved = torch.load(trained / 'iter_6.pth', weights_only=True)['state_dict']
+    assert all(torch.equal(v, saved[k]) for k, v in runner.model.state_dict().items())
+
+
+def test_checkpoint_write_killed_before_its_rename_leaves_the_previous_file(trained, tmp_path, monkeypatch):
+    """mmwf's hooks give the run's CheckpointHook the atomic backend (mmengine's own writes into the target): a
+    crash after the bytes are written but before the rename leaves the old iter_6.pth whole."""
+    from mmengine.hooks import CheckpointHook
+    runner = make_runner(tmp_path, 6)
+    runner.train()
+    hook = next(h for h in runner.hooks if isinstance(h, CheckpointHook))
+    assert hook.backend_args == {'backend': 'mmwf_atomic_local'}
+    before = (tmp_path / 'iter_6.pth').read_bytes()
+
+    def crash(fd):
+        raise KeyboardInterrupt('killed')
+    monkeypatch.setattr(os, 'fsync', crash)
+    with pytest.raises(KeyboardInterrupt):
+        runner.save_checkpoint(str(tmp_path), 'iter_6.pth', by_epoch=False, backend_args=hook.backend_args)
+    assert (tmp_path / 'iter_6.pth').read_bytes() == before
+    assert not [p for p in os.listdir(tmp_path) if p.endswith('.tmp')]

@@ -1,0 +1,48 @@
+"""mmwf's runner pieces under mmengine's FlexibleRunner (the runner of FSDP / DeepSpeed strategies) with a DDP
+strategy on two gloo processes: the same errors for the same bad inputs as under Runner, and a strict resume."""
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.toy import ToyModel, make_runner
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def runner_outcome(run) -> str:
+    try:
+        run()
+    except Exception as err:
+        return f'{type(err).__name__}: {err}'
+    return 'ok'
+
+
+@pytest.mark.slow
+def test_flexible_runner_with_ddp_keeps_the_checks(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT))
+    with socket.socket() as probe:  # a free port for the rendezvous
+        probe.bind(('127.0.0.1', 0))
+        port = probe.getsockname()[1]
+    res = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port',
+                          str(port), '-m', 'tests.engine.flexible_runner_run', str(tmp_path)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in (0, 1)]
+    assert ranks[0] == ranks[1]
+    seen = ranks[0]
+    assert seen['train'] == 'ok' and seen['resume'] == 'ok' and seen['resumed iter'] == 4
+    # the same bad inputs under mmengine's Runner, in this process
+    checkpoint = tmp_path / 'run' / 'iter_3.pth'
+    other = runner_outcome(make_runner(tmp_path / 'r1', 4, model=ToyModel(3), load_from=str(checkpoint)).train)
+    layout = runner_outcome(make_runner(tmp_path / 'r2', 4, load_from=str(checkpoint), resume=True, optim_wrapper=dict(
+        optimizer=dict(type='AdamW', lr=0.01), paramwise_cfg=dict(bias_lr_mult=2.0))).train)
+    assert other.startswith('CheckpointMismatchError: checkpoint')
+    assert 'linear.weight: checkpoint (1, 4) vs model (3, 4)' in other
+    assert layout.startswith('CheckpointMismatchError: cannot resume from')
+    assert seen['other model'] == other
+    assert seen['other optimizer layout'] == layout

@@ -1,0 +1,127 @@
+"""One choice of the layers' kernels: how the forward runs (``implementation()``), the kernels that selects, and
+the dynamic linears' one cost rule."""
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from mmwf.models.layers import BilateralDynamicLinear, LinearDynamicLinear, dynamic_linear, implementation
+from mmwf.models.layers.dynamic_dwconv import adaptive_avg_pool, per_sample_depthwise_conv
+from mmwf.models.layers.dynamic_linear import product_cost, product_order
+from mmwf.models.layers.implementation import KERNELS, kernel
+
+CASES = [(where, order) for where in KERNELS for order in ('tokens', 'core')]
+
+
+class Probe(torch.nn.Module):
+    """Returns, as its output's value, the case (:data:`CASES`) it ran in: the implementation, and the order
+    ``'auto'`` takes when the token order is the cheaper (a constant in traced, compiled and exported graphs)."""
+
+    def forward(self, x):
+        return x * 0 + CASES.index((implementation(), product_order('auto', 1, 2)))
+
+
+@pytest.mark.filterwarnings('ignore:`torch.jit.trace:FutureWarning')
+def test_each_way_of_running_is_one_implementation():
+    x = torch.randn(2, 3)
+    runs = {'eager': lambda p: p(x), 'traced': lambda p: torch.jit.trace(p, x, check_trace=False)(x),
+            'compiled': lambda p: torch.compile(p, backend='eager')(x),
+            'exported': lambda p: torch.export.export(p, (x,)).module()(x)}
+    for where, run in runs.items():
+        assert {CASES[int(v)] for v in run(Probe()).flatten()} == {(where, 'core' if where == 'exported' else
+                                                                   'tokens')}
+
+
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')  # the TorchScript exporter's own notices
+def test_the_torchscript_onnx_exporter_is_its_own_implementation(tmp_path):
+    ort = pytest.importorskip('onnxruntime')
+    x = torch.randn(2, 3)
+    torch.onnx.export(Probe(), (x,), str(tmp_path / 'probe.onnx'), input_names=['x'], dynamo=False)
+    out = ort.InferenceSession(str(tmp_path / 'probe.onnx')).run(None, {'x': x.numpy()})[0]
+    assert {CASES[int(v)] for v in out.flatten()} == {('traced-onnx', 'tokens')}
+
+
+class DepthwiseAndPool(torch.nn.Module):
+    def forward(self, x, w):
+        return per_sample_depthwise_conv(x, w), adaptive_avg_pool(x, 3)
+
+
+class Calls(TorchFunctionMode):
+    """The names of the torch functions called in it."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(getattr(func, '__name__', ''))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.filterwarnings('ignore:`torch.jit.trace:FutureWarning')
+def test_each_implementation_runs_its_kernels():
+    """Eager CPU: a conv per sample and PyTorch's adaptive pooling; traced (FLOP counter): one grouped conv and
+    PyTorch's pooling; compiled and exported: no conv and no adaptive pooling (the shift-sum and the averaging
+    matrices, generic in the batch and grid sizes)."""
+    module, x, w = DepthwiseAndPool(), torch.randn(3, 4, 5, 7), torch.randn(3, 4, 3, 3)
+    with Calls() as calls:
+        module(x, w)
+    assert calls.names.count('conv2d') == 3 and 'adaptive_avg_pool2d' in calls.names
+    kinds = [n.kind() for n in torch.jit.trace(module, (x, w)).inlined_graph.nodes()]
+    assert sum('conv' in k for k in kinds) == 1 and 'aten::adaptive_avg_pool2d' in kinds
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    torch.compile(module, backend=backend)(x, w)
+    graphs.append(torch.export.export(module, (x, w)).graph_module)
+    for gm in graphs:
+        targets = [str(n.target) for n in gm.graph.nodes if n.op == 'call_function']
+        assert targets and not [t for t in targets if 'conv' in t or 'adaptive' in t], targets
+
+
+def test_the_eager_depthwise_conv_kernel_depends_on_the_device():
+    assert kernel('depthwise_conv', torch.device('cpu')) == 'loop'
+    assert kernel('depthwise_conv', torch.device('cuda')) == 'grouped'
+    assert kernel('adaptive_pool') == 'native'
+
+
+def test_the_cost_rule():
+    assert product_cost(2, 3, 4, 5) == 2 * 3 * 4 + 2 * 4 * 5  # ((2 x 3)(3 x 4))(4 x 5)
+    assert product_cost(6, 7, 8) == 6 * 7 * 8
+    assert product_order('auto', 5, 5) == 'tokens' and product_order('auto', 6, 5) == 'core'
+    assert product_order('tokens', 9, 1) == 'tokens' and product_order('core', 1, 9) == 'core'
+
+
+def bilateral_costs(n):
+    """Eq. 8 on n 2 x 2-pooled tokens, Cin 192 -> Cout 768 (WeightFormer-T's first MLP linear; r = 4: ri 48, ro 192):
+    the release's order, n (ri Cin + ro Cout + Cin Cout), and the core's, n ri ro + Cin ri ro + Cin ro Cout."""
+    return n * (48 * 192 + 192 * 768 + 192 * 768), n * 48 * 192 + 192 * 48 * 192 + 192 * 192 * 768
+
+
+def correlation_costs(n):
+    """Eq. 5 on n tokens, Cin = C = 768 -> Cout 192 (a = 768, b = 192): the token order, n (C a + C b + a b), and
+    the correlation's, n C C + the cheaper of a C C + a C b and C C b + a C b."""
+    a, c, b = 768, 768, 192
+    return n * (c * a + c * b + a * b), n * c * c + min(a * c * c + a * c * b, c * c * b + a * c * b)
+
+
+@pytest.mark.parametrize('make,hw,pooled,costs', [
+    *[(lambda: BilateralDynamicLinear(192, 768), hw, True, bilateral_costs)
+      for hw in [(4, 4), (14, 14), (20, 22), (40, 40)]],
+    *[(lambda: LinearDynamicLinear(768, 192, pool=False), hw, False, correlation_costs) for hw in [(20, 30), (30, 30)]],
+])
+def test_auto_order_is_the_cheaper_by_the_counted_costs(monkeypatch, make, hw, pooled, costs):
+    """The order a layer takes with order='auto' in eager PyTorch, against its costs written out (the grids cover
+    both sides of each crossing)."""
+    chosen = []
+
+    def spy(*args):
+        chosen.append(product_order(*args))
+        return chosen[-1]
+    monkeypatch.setattr(dynamic_linear, 'product_order', spy)
+    layer = make()
+    with torch.no_grad():
+        layer(torch.randn(1, hw[0] * hw[1], layer.in_features), hw)
+    tokens, core = costs((hw[0] // 2) * (hw[1] // 2) if pooled else hw[0] * hw[1])
+    assert chosen == ['tokens' if tokens <= core else 'core']
