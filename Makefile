@@ -17,13 +17,14 @@ demo: install
 lint: install
 	$(VENV)/bin/ruff check .
 
-# two pytest-xdist workers per two cores (one torch thread each, tests/conftest.py); a file's tests share a worker
+# two pytest-xdist workers per two cores (one torch thread each); a file's tests share a worker, slow files first
+# (tests/conftest.py)
 test: install lint
-	$(PY) -m pytest -n auto --dist loadfile -m "not benchmark"
+	$(PY) -m pytest -n auto --dist loadgroup -m "not benchmark"
 
 # the edit-test loop: everything but the slow tests
 quick: install
-	$(PY) -m pytest -n auto --dist loadfile -m "not slow and not benchmark"
+	$(PY) -m pytest -n auto --dist loadgroup -m "not slow and not benchmark"
 
 benchmark: install
 	$(PY) tools/analysis/benchmark.py

@@ -14,9 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 INDEX = CONFIG_ROOT.parent / 'model-index.yml'
 
 
-def metafile_models() -> list[dict]:
+METAFILES = yaml.safe_load(INDEX.read_text())['Import']
+
+
+def metafile_models(metafiles: list[str] = METAFILES) -> list[dict]:
     models = []
-    for metafile in yaml.safe_load(INDEX.read_text())['Import']:
+    for metafile in metafiles:
         meta = yaml.safe_load((INDEX.parent / metafile).read_text())
         collections = {c['Name'] for c in meta['Collections']}
         for model in meta['Models']:
@@ -44,12 +47,14 @@ def at_papers_rounding(value: float, paper: float) -> float:
 
 
 @pytest.mark.slow
-def test_params_and_flops_are_what_get_flops_counts():
+@pytest.mark.parametrize('metafile', [pytest.param(m, marks=pytest.mark.xdist_group(f'model-index:{m}'))
+                                      for m in METAFILES])  # each its own unit of work: they share no fixture
+def test_params_and_flops_are_what_get_flops_counts(metafile):
     """Every model's counts at its listed input (what tools/analysis/get_flops.py prints), and the paper's figures
     where the metafile gives them; configs that build the same network (transfer recipes, with or without
     distillation: the teacher is not counted) are counted once."""
     counted, exact = {}, {}
-    for model in metafile_models():
+    for model in metafile_models([metafile]):
         path = str(INDEX.parent / model['Config'])
         meta = model['Metadata']
         shape = tuple(int(v) for v in meta['Input'].split('x'))

@@ -121,7 +121,7 @@ def test_killed_training_resumes_from_its_last_checkpoint(demo_data, tmp_path):
     import time
     root = demo_data / 'ade'
     cmd = [sys.executable, 'tools/train.py', 'configs/demo/upernet_wf_t_demo.py', '--cfg-options',
-           'train_cfg.max_iters=12', 'train_cfg.val_interval=12', 'default_hooks.checkpoint.interval=4',
+           'train_cfg.max_iters=6', 'train_cfg.val_interval=6', 'default_hooks.checkpoint.interval=2',
            'default_hooks.logger.interval=1', f'train_dataloader.dataset.data_root={root}',
            f'val_dataloader.dataset.data_root={root}', 'train_dataloader.batch_size=2']
     whole = run(cmd + ['--work-dir', str(tmp_path / 'whole')], timeout=600)
@@ -138,18 +138,18 @@ def test_killed_training_resumes_from_its_last_checkpoint(demo_data, tmp_path):
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, 'the run ended before it could be killed'
     resumed_from = int(Path((work / 'last_checkpoint').read_text().strip()).stem.split('_')[1])
-    assert 4 <= resumed_from < 12
+    assert 2 <= resumed_from < 6
 
     resumed = run(cmd + ['--work-dir', str(work), '--resume'], timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f'resumed epoch: 0, iter: {resumed_from}' in (resumed.stdout + resumed.stderr)
-    final = torch.load(work / 'iter_12.pth', weights_only=True)
-    assert final['meta']['iter'] == 12
+    final = torch.load(work / 'iter_6.pth', weights_only=True)
+    assert final['meta']['iter'] == 6
     steps = {int(s['step']) for s in final['optimizer']['state'].values()}
-    assert steps == {12}  # AdamW's step count went on from the checkpoint's, not from 0
+    assert steps == {6}  # AdamW's step count went on from the checkpoint's, not from 0
     expected, got = lr_by_iter(tmp_path / 'whole'), lr_by_iter(work)
-    assert set(range(resumed_from + 1, 13)) <= got.keys()
-    for it in range(resumed_from + 1, 13):
+    assert set(range(resumed_from + 1, 7)) <= got.keys()
+    for it in range(resumed_from + 1, 7):
         assert got[it] == pytest.approx(expected[it], rel=1e-9), it
 
 
