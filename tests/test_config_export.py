@@ -38,6 +38,7 @@ def test_unknown_name_and_file_dest_are_refused(tmp_path):
         export_config('cascade_wf_t_coco', tmp_path / 'f')
 
 
+@pytest.mark.slow
 def test_command_line_lists_and_exports(tmp_path):
     listed = subprocess.run([sys.executable, '-m', 'mmwf.configs', '--list'], cwd=tmp_path, capture_output=True,
                             text=True, check=True).stdout.split()

@@ -138,6 +138,7 @@ SNAPSHOT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_import_and_configs_change_nothing_they_do_not_own():
     """A fresh process: mmdet / mmseg / mmpretrain registered, then every family's mmwf config parsed (which
     imports mmwf): mmengine's checkpoint schemes and file backends, HistoryBuffer, torch's weights-only allow-list

@@ -65,6 +65,7 @@ def test_dynamic_strength_per_layer_and_image():
         dynamic_strength(WeightFormer(SMALL, dynamic_blocks=[]), torch.randn(1, 3, 32, 32))
 
 
+@pytest.mark.slow
 def test_erf_tool_before_and_after_a_checkpoint(images_dir, tmp_path):
     torch.save(WeightFormer('t').state_dict(), tmp_path / 'wf.pth')
     out = run('tools/analysis/erf.py', 'wf-t', '--images', str(images_dir), '--num-images', '2', '--size', '64',
@@ -74,6 +75,7 @@ def test_erf_tool_before_and_after_a_checkpoint(images_dir, tmp_path):
     assert (tmp_path / 'erf.png').read_bytes()[:4] == b'\x89PNG'
 
 
+@pytest.mark.slow
 def test_dynamic_strength_tool(images_dir, tmp_path):
     out = run('tools/analysis/dynamic_strength.py', 'configs/upernet_wf_t_ade20k.py', '--images', str(images_dir),
               '--num-images', '3', '--size', '64', '--out', str(tmp_path / 'r.png'))
@@ -81,6 +83,7 @@ def test_dynamic_strength_tool(images_dir, tmp_path):
     assert (tmp_path / 'r.png').read_bytes()[:4] == b'\x89PNG'
 
 
+@pytest.mark.slow
 def test_benchmark_tool_with_memory_and_plot(tmp_path):
     out = run('tools/analysis/benchmark.py', '--sizes', '32', '--models', 'static-t', 'deit-t', '--rounds', '1',
               '--iters', '1', '--plot', str(tmp_path / 'bench.png'))

@@ -99,6 +99,7 @@ LINEAR_STEP = ['mask_rcnn_deit_b_relu_copy_distill_coco', 'upernet_deit_b_ttt_fu
 
 @pytest.mark.parametrize('path', [str(ROOT / f'configs/linear_attention/{n}.py') for n in LINEAR_STEP],
                          ids=lambda p: Path(p).stem)
+@pytest.mark.slow
 def test_one_train_and_test_iteration(path):
     cfg, model = build(path, tiny=128)
     batch = det_batch if cfg.default_scope == 'mmdet' else seg_batch

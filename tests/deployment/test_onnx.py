@@ -66,6 +66,7 @@ class Classifier(torch.nn.Module):
         return self.backbone.forward_classifier(x)
 
 
+@pytest.mark.slow
 def test_weightformer_classifier_exports_with_dynamic_batch_and_size(tmp_path):
     """Every dynamic layer of the release (Bilateral linear, adaptive DWConv with its 3 x 3 pooling) in one graph
     that serves other batch sizes and grids (the second grid, 7 x 5, is not divisible by 3)."""
@@ -91,6 +92,7 @@ class Dense(torch.nn.Module):
         return self.neck(self.backbone(x))
 
 
+@pytest.mark.slow
 def test_windowed_backbone_and_pyramid_export_with_dynamic_batch_and_size(tmp_path):
     module = ExportWrapper(Dense().eval(), 'backbone+neck')
     facts = dict(kind='backbone+neck', stride=32, min_size=96)  # more than one 4-token window per side
@@ -98,6 +100,7 @@ def test_windowed_backbone_and_pyramid_export_with_dynamic_batch_and_size(tmp_pa
     assert max(check_onnx(path, module, [(1, 3, 160, 192), (3, 3, 224, 96)])) < 1e-4
 
 
+@pytest.mark.slow
 def test_segmentor_exports_with_a_dynamic_batch(tmp_path):
     """UperNet: mmseg's pyramid pooling pools to fixed bins, so the size is fixed and the batch is dynamic."""
     from mmengine.registry import init_default_scope

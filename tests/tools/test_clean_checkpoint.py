@@ -14,6 +14,7 @@ def run(*args):
                           cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_training_checkpoint_needs_trust_and_comes_out_weights_only(tmp_path):
     src, dst = tmp_path / 'ckpt_epoch_299.pth', tmp_path / 'clean.pth'
     # an argparse.Namespace stands in for the release's pickled yacs CfgNode: a non-tensor Python object

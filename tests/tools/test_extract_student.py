@@ -3,12 +3,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from mmengine.config import Config
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_student_model_and_backbone_come_out_and_load_strictly(tmp_path):
     from mmengine.registry import MODELS, init_default_scope
 

@@ -109,6 +109,7 @@ env_cfg = dict(dist_cfg=dict(backend='gloo'))
     assert same == pytest.approx(fid, rel=1e-3)  # the same six samples (seeds, labels, EMA weights) both ways
 
 
+@pytest.mark.slow
 def test_dit_checkpoint_converter(tmp_path):
     from mmengine.config import Config
 

@@ -4,11 +4,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mmwf.configs import metafile_models
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_get_flops_prints_the_metafile_counts_beside_the_papers():
     res = subprocess.run([sys.executable, 'tools/analysis/get_flops.py', 'wf-t', 'configs/upernet_wf_t_ade20k.py',
                           '--paper'], cwd=ROOT, capture_output=True, text=True)
