@@ -13,20 +13,23 @@ from mmwf.utils.runtime import adapt_to_device, init_cpu_distributed
 
 
 def build_runner(cfg: Config, splits: tuple[str, ...]):
-    """Check the data of ``splits`` and the checkpoint to load, adapt the config to the device, start CPU
-    distribution if asked, and build the config's runner (mmengine's ``Runner`` unless the config names another
-    ``runner_type``, e.g. ``FlexibleRunner``)."""
+    """Check the data of ``splits``, adapt the config to the device, start CPU distribution if asked, and build the
+    config's runner (mmengine's ``Runner`` unless the config names another ``runner_type``, e.g. ``FlexibleRunner``).
+    A checkpoint to load that cannot be read is named here for runners that load before their hooks run
+    (``FlexibleRunner``); ``Runner`` leaves it to :class:`~mmwf.engine.hooks.StrictLoadHook`."""
     from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
 
     check_dataset_paths(cfg, splits)
+    adapt_to_device(cfg)
+    init_cpu_distributed(cfg)
+    runner = RUNNERS.build(cfg)
     path = cfg.get('load_from')
-    if path and '://' not in str(path):
+    if not isinstance(runner, Runner) and path and '://' not in str(path):
         problem = checkpoint_problem(str(path), allowed=[])  # what mmengine's loader, torch's defaults, accepts
         if problem is not None:
             raise problem
-    adapt_to_device(cfg)
-    init_cpu_distributed(cfg)
-    return RUNNERS.build(cfg)
+    return runner
 
 
 @contextmanager

@@ -2,6 +2,8 @@
 the same attributes; reading them here keeps every such access in one place."""
 from __future__ import annotations
 
+import os.path as osp
+
 from mmengine.runner import BaseLoop
 
 
@@ -14,3 +16,21 @@ def built_datasets(runner) -> dict[str, object]:
     """The datasets of the loops the runner has built (``'train'``, ``'val'``, ``'test'``): those of the run."""
     loops = (('train', runner._train_loop), ('val', runner._val_loop), ('test', runner._test_loop))
     return {split: loop.dataloader.dataset for split, loop in loops if isinstance(loop, BaseLoop)}
+
+
+
+def will_load(runner) -> bool:
+    """Whether the runner is yet to load a checkpoint (``load_from`` or ``resume`` set, nothing loaded so far)."""
+    return not runner._has_loaded and bool(runner._load_from or runner._resume)
+
+
+def loaded_file(runner) -> str:
+    """The checkpoint the runner loads: its ``load_from``, else what ``last_checkpoint`` names (mmengine's
+    auto-resume)."""
+    if runner._load_from:
+        return str(runner._load_from)
+    last = osp.join(runner.work_dir, 'last_checkpoint')
+    if osp.isfile(last):
+        with open(last) as f:
+            return f.read().strip()
+    return ''

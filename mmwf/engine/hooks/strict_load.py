@@ -26,7 +26,7 @@ from mmwf.utils.checkpoint import (
     mismatch_lines,
 )
 
-from .runner_state import built_datasets, is_resuming
+from .runner_state import built_datasets, is_resuming, loaded_file, will_load
 
 PARTIAL_LOAD = 'partial_load'  # the config key of the opt-out
 
@@ -71,18 +71,6 @@ def _hints(own: set[str], state: set[str]) -> list[str]:
     return []
 
 
-def loaded_file(runner) -> str:
-    """The checkpoint the runner is loading: its ``load_from``, else what ``last_checkpoint`` names (mmengine's
-    auto-resume)."""
-    if runner._load_from:
-        return str(runner._load_from)
-    last = osp.join(runner.work_dir, 'last_checkpoint')
-    if osp.isfile(last):
-        with open(last) as f:
-            return f.read().strip()
-    return ''
-
-
 @HOOKS.register_module()
 class StrictLoadHook(Hook):
     """Load checkpoints strictly under any runner (module docstring). The config key ``partial_load=True`` loads
@@ -101,7 +89,7 @@ class StrictLoadHook(Hook):
     def before_run(self, runner) -> None:
         """Before ``Runner`` loads (``FlexibleRunner`` loads before its hooks run): a checkpoint that cannot be read
         is one error naming the file, what is wrong and the fix."""
-        if runner._has_loaded or not (runner._load_from or runner._resume):
+        if not will_load(runner):
             return
         path = loaded_file(runner)
         if osp.isfile(path):
