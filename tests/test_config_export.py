@@ -98,7 +98,7 @@ def test_a_project_of_its_own_inherits_exported_configs_and_trains(tmp_path):
     from mmwf.datasets import generate
     data, project = tmp_path / 'data', tmp_path / 'project'
     generate(str(data), size=128, train=4, val=2, seed=2)
-    env = dict(os.environ, OMP_NUM_THREADS='2')
+    env = dict(os.environ, OMP_NUM_THREADS='1')
 
     def run(*args):
         res = subprocess.run([sys.executable, *args], cwd=project, capture_output=True, text=True, env=env)
