@@ -5,7 +5,10 @@ import pytest
 import torch
 from mmengine.config import Config
 
-# two pytest-xdist workers on two cores: one torch thread each; a single process: every core
+# two pytest-xdist workers on two cores: one torch thread each, and so for the tools the tests start (they inherit
+# OMP_NUM_THREADS); a single process: every core
+if os.environ.get('PYTEST_XDIST_WORKER'):
+    os.environ['OMP_NUM_THREADS'] = os.environ['MKL_NUM_THREADS'] = '1'
 torch.set_num_threads(1 if os.environ.get('PYTEST_XDIST_WORKER') else min(2, os.cpu_count() or 1))
 
 # Test processes only (the tools' processes are untouched): mmengine resolves every `mmdet::` / `mmseg::` /

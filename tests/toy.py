@@ -39,15 +39,18 @@ class ToyData(torch.utils.data.Dataset):
         return dict(inputs=self.x[i], data_samples=self.y[i])
 
 
-def make_runner(work_dir, max_iters, runner_cls=Runner, model=None, interval=3, mmwf_hooks=True, **kwargs):
+def make_runner(work_dir, max_iters, runner_cls=Runner, model=None, interval=3, mmwf_hooks=True, hooks=None,
+                **kwargs):
     """A runner of ``max_iters`` on the toy data, checkpointing every ``interval``, with the hooks of mmwf's configs
-    (unless ``mmwf_hooks=False``); its own logger (log file in ``work_dir/<experiment>/``)."""
+    (unless ``mmwf_hooks=False``) and ``hooks`` (more default hooks); its own logger (log file in
+    ``work_dir/<experiment>/``)."""
     return runner_cls(
         model=model or ToyModel(), work_dir=str(work_dir),
         train_dataloader=dict(dataset=ToyData(), sampler=dict(type='DefaultSampler', shuffle=True),
                               batch_size=4, num_workers=0, collate_fn=dict(type='default_collate')),
         train_cfg=dict(by_epoch=False, max_iters=max_iters),
         default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=interval, by_epoch=False),
-                           logger=dict(type='LoggerHook', interval=1), **(MMWF_HOOKS if mmwf_hooks else {})),
-        randomness=dict(seed=0), default_scope='mmengine', experiment_name=f'toy_{uuid.uuid4().hex[:8]}',
-        **{'optim_wrapper': dict(optimizer=dict(type='AdamW', lr=0.01)), **kwargs})
+                           logger=dict(type='LoggerHook', interval=1), **(MMWF_HOOKS if mmwf_hooks else {}),
+                           **(hooks or {})),
+        default_scope='mmengine', experiment_name=f'toy_{uuid.uuid4().hex[:8]}',
+        **{'optim_wrapper': dict(optimizer=dict(type='AdamW', lr=0.01)), 'randomness': dict(seed=0), **kwargs})

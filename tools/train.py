@@ -10,6 +10,7 @@ from tool_args import add_runner_args, load_tool_config
 import mmwf  # noqa: F401  (registers modules)
 from mmwf.engine import resume_checkpoint
 from mmwf.engine.launch import build_runner, named_annotation_errors
+from mmwf.engine.world import launcher_world_size, scale_to_world
 from mmwf.utils import check_stack, close_distributed
 
 
@@ -18,6 +19,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('config', help='config file')
     parser.add_argument('--resume', nargs='?', const='auto',
                         help="resume from CKPT, or the run's last checkpoint (past a damaged one, within the run)")
+    parser.add_argument('--auto-scale-lr', action='store_true',
+                        help="apply the reference's rule for this number of processes (auto_scale_lr.rule: 'linear' "
+                             "scales the lr and minimum lr with the global batch, 'global_batch' sets the per-GPU "
+                             "batch)")
     add_runner_args(parser)
     return parser.parse_args()
 
@@ -26,17 +31,22 @@ def main() -> None:
     args = parse_args()
     check_stack(require_mmcv_ops=True)
     cfg = load_tool_config(args)
-    notes = []
+    notes, scaled = [], []
     if args.resume == 'auto':
         path, notes = resume_checkpoint(cfg.work_dir)
         cfg.resume, cfg.load_from = path is not None, path
     elif args.resume:
         cfg.resume, cfg.load_from = True, args.resume
+    if args.auto_scale_lr:
+        world_size = launcher_world_size(args.launcher)
+        scaled = [f'--auto-scale-lr ({world_size} processes): {line}' for line in scale_to_world(cfg, world_size)]
     try:
         with named_annotation_errors(cfg):
             runner = build_runner(cfg, ('train', 'val'))
             for line in notes:
                 runner.logger.warning(line)
+            for line in scaled:
+                runner.logger.info(line)
             runner.train()
     finally:
         close_distributed()

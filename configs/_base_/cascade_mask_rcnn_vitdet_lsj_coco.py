@@ -89,8 +89,12 @@ param_scheduler = [
     dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=251),
     dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[163889, 177546], gamma=0.1),
 ]
+# several GPUs (docs/protocol.md): detectron2 seeds rank r with seed + r (engine/defaults.py:244) and leaves TF32 at
+# torch's defaults; its global batch is 64 (auto_scale_lr below: mmdet's linear rule with --auto-scale-lr)
 default_hooks = dict(logger=dict(interval=20), checkpoint=dict(by_epoch=False, interval=5000, max_keep_ckpts=2),
-                     **_base_.mmwf_hooks)
+                     world_size=dict(type='WorldSizeHook', seed_rule='seed + rank'),
+                     tf32=dict(type='TF32Hook', matmul=False, cudnn=True), **_base_.mmwf_hooks)
+randomness = dict(seed=0)  # detectron2 draws a random seed when none is given; a fixed one makes reruns repeat
 log_processor = dict(by_epoch=False)
 custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf loss, naming the terms
 auto_scale_lr = dict(enable=False, base_batch_size=64)

@@ -22,5 +22,9 @@ optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
     paramwise_cfg=dict(custom_keys={'pos_embed': dict(decay_mult=0.0), 'norm': dict(decay_mult=0.0),
                                     'bias': dict(decay_mult=0.0)}))
-default_hooks = dict(**_base_.mmwf_hooks)
+# several GPUs (docs/protocol.md): ViT-Adapter seeds every rank alike (detection/train.py:152-155, mmdet 2.x) and
+# leaves TF32 at torch's defaults; global batch 16 (mmdet's schedule_1x auto_scale_lr)
+default_hooks = dict(world_size=dict(type='WorldSizeHook', seed_rule='seed'),
+                     tf32=dict(type='TF32Hook', matmul=False, cudnn=True), **_base_.mmwf_hooks)
+randomness = dict(seed=0)
 custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf loss, naming the terms

@@ -41,6 +41,12 @@ default_hooks = dict(
                     rule='greater'),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='SegVisualizationHook'),
+    # several GPUs (docs/protocol.md): Vim seeds every rank with --seed 0 (seg/train.py:124-129,
+    # scripts/ft_vim_tiny_upernet.sh:12) and leaves TF32 at torch's defaults
+    world_size=dict(type='WorldSizeHook', seed_rule='seed'),
+    tf32=dict(type='TF32Hook', matmul=False, cudnn=True),
     **_base_.mmwf_hooks)
+randomness = dict(seed=0)
+auto_scale_lr = dict(enable=False, base_batch_size=32)  # Vim's 4 GPUs x 8; mmseg's linear rule (--auto-scale-lr)
 log_processor = dict(by_epoch=False)
 custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf loss, naming the terms

@@ -16,6 +16,7 @@ model = dict(
     auxiliary_head=dict(in_channels=768))
 
 train_dataloader = dict(batch_size=2)  # x 8 GPUs = 16
+auto_scale_lr = dict(base_batch_size=16)
 max_iters = 160000
 train_cfg = dict(max_iters=max_iters, val_interval=16000)
 optim_wrapper = dict(

@@ -61,4 +61,4 @@ param_scheduler = [
 default_hooks = dict(logger=dict(interval=20), checkpoint=dict(interval=max_iters),
                      visualization=dict(type='DetVisualizationHook', draw=False))
 env_cfg = dict(mp_cfg=dict(mp_start_method='fork', opencv_num_threads=1))
-randomness = dict(seed=0)  # one seed: repeated runs of the demo give the same figures
+auto_scale_lr = dict(base_batch_size=2)  # the demo's recipe is one process's

@@ -33,3 +33,4 @@ param_scheduler = [
 default_hooks = dict(logger=dict(interval=20), checkpoint=dict(by_epoch=False, interval=max_iters))
 log_processor = dict(by_epoch=False)
 env_cfg = dict(mp_cfg=dict(mp_start_method='fork', opencv_num_threads=1))
+auto_scale_lr = dict(base_batch_size=32)  # the demo's recipe is one process's

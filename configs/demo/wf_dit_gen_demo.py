@@ -22,3 +22,4 @@ custom_hooks = [dict(type='EMAHook', ema_type='ExponentialMovingAverage', moment
                 dict(type='NonFiniteLossHook')]
 default_hooks = dict(logger=dict(interval=50), checkpoint=dict(interval=max_iters))
 env_cfg = dict(dist_cfg=dict(backend='gloo'))
+auto_scale_lr = dict(base_batch_size=32)  # the demo's recipe is one process's

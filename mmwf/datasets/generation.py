@@ -127,10 +127,11 @@ class SamplingLabels(Dataset):
             self.labels = np.arange(num_samples) % num_classes
         else:
             self.labels = np.random.default_rng(seed).integers(0, num_classes, num_samples)
-        self.metainfo = dict(classes=tuple(classes)) if classes else {}  # unnamed: no class list to compare
+        # unnamed: no class list to compare; num_samples for GenerationMetric (score parts, sample count)
+        self.metainfo = dict(num_samples=num_samples, **(dict(classes=tuple(classes)) if classes else {}))
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def __getitem__(self, i: int) -> dict:
-        return dict(labels=int(self.labels[i]))
+        return dict(labels=int(self.labels[i]), indices=i)  # the index seeds the sample's noise

@@ -48,22 +48,36 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
 
 
 def feature_statistics(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and covariance (rows are samples, N - 1 normalisation) of features (N, D), float64."""
-    features = np.asarray(features, dtype=np.float64)
-    if len(features) < 2:
-        raise ValueError('statistics need at least two samples')
-    return features.mean(0), np.cov(features, rowvar=False)
+    """Mean and covariance (rows are samples, N - 1 normalisation) of features (N, D), float64, through the sums
+    that several processes add up (:func:`moment_sums`)."""
+    return moment_statistics(moment_sums(torch.as_tensor(np.asarray(features))))
 
 
 def inception_score(logits: np.ndarray, splits: int = 10) -> tuple[float, float]:
-    """exp(E_x KL(p(y|x) || p(y))) over ``splits`` equal parts of softmax(logits) (N, K): (mean, std) over parts."""
-    probs = torch.softmax(torch.as_tensor(logits, dtype=torch.float64), dim=1).numpy()
-    scores = []
-    for part in np.array_split(probs, splits):
-        marginal = part.mean(0, keepdims=True)
-        kl = (part * (np.log(np.clip(part, 1e-30, None)) - np.log(np.clip(marginal, 1e-30, None)))).sum(1)
-        scores.append(np.exp(kl.mean()))
-    return float(np.mean(scores)), float(np.std(scores))
+    """exp(E_x KL(p(y|x) || p(y))) over ``splits`` equal parts (``np.array_split``) of softmax(logits) (N, K):
+    (mean, std) over parts."""
+    logits = torch.as_tensor(np.asarray(logits))
+    parts = torch.as_tensor(array_split_part(np.arange(len(logits)), len(logits), splits))
+    return inception_score_of_sums(inception_part_sums(logits, parts, splits))
+
+
+def inception_part_sums(logits: torch.Tensor, parts: torch.Tensor, splits: int) -> dict[str, torch.Tensor]:
+    """What the Inception Score needs per part, summable over batches and processes: ``part_probs`` (splits, K),
+    the sum of p(y|x); ``part_neg_entropy`` (splits,), the sum of sum_y p log p; ``part_count``."""
+    probs = torch.softmax(logits.detach().double().cpu(), dim=1)
+    neg_entropy = (probs * torch.log(probs.clamp_min(1e-30))).sum(1)
+    zeros = torch.zeros(splits, dtype=torch.float64)
+    return dict(part_probs=torch.zeros(splits, probs.shape[1], dtype=torch.float64).index_add_(0, parts, probs),
+                part_neg_entropy=zeros.clone().index_add_(0, parts, neg_entropy),
+                part_count=zeros.clone().index_add_(0, parts, torch.ones(len(probs), dtype=torch.float64)))
+
+
+def inception_score_of_sums(sums: dict[str, torch.Tensor]) -> tuple[float, float]:
+    """(mean, std) over parts of exp(mean p log p - sum p(y) log p(y)), p(y) the part's mean p(y|x)."""
+    marginal = sums['part_probs'] / sums['part_count'][:, None]
+    kl = sums['part_neg_entropy'] / sums['part_count'] - (marginal * torch.log(marginal.clamp_min(1e-30))).sum(1)
+    scores = torch.exp(kl).numpy()
+    return float(scores.mean()), float(scores.std())
 
 
 class FIDInception(nn.Module):
@@ -118,16 +132,63 @@ def load_statistics(path: str) -> tuple[np.ndarray, np.ndarray]:
     return data['mu'], data['sigma']
 
 
+def moment_sums(features: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What mean and covariance need of features (N, D), in float64 and summable over batches and processes:
+    ``count``, ``feature_sum`` (D,), ``outer_sum`` (D, D)."""
+    features = features.detach().double().cpu()
+    return dict(count=torch.tensor(float(len(features)), dtype=torch.float64), feature_sum=features.sum(0),
+                outer_sum=features.T @ features)
+
+
+def add_sums(total: dict[str, torch.Tensor], more: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``total`` plus ``more``, key by key (an empty ``total`` takes ``more``)."""
+    return {k: total[k] + v if k in total else v for k, v in more.items()}
+
+
+def summed_over_processes(sums: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The sums of every process added (``all_reduce``; one process: a copy)."""
+    from mmengine.dist import all_reduce
+    out = {k: v.clone() for k, v in sums.items()}
+    for v in out.values():
+        all_reduce(v, op='sum')
+    return out
+
+
+def moment_statistics(sums: dict[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and covariance (N - 1 normalisation), float64, from :func:`moment_sums` added up."""
+    n = int(sums['count'])
+    if n < 2:
+        raise ValueError('statistics need at least two samples')
+    mu = (sums['feature_sum'] / n).numpy()
+    return mu, (sums['outer_sum'].numpy() - n * np.outer(mu, mu)) / (n - 1)
+
+
+def array_split_part(index: np.ndarray, total: int, parts: int) -> np.ndarray:
+    """The part of ``np.array_split(range(total), parts)`` each index falls in (the first ``total % parts`` parts
+    are one longer)."""
+    size, longer = divmod(total, parts)
+    edge = longer * (size + 1)
+    return np.where(index < edge, index // (size + 1), longer + (index - edge) // max(size, 1))
+
+
 @METRICS.register_module()
 class GenerationMetric(BaseMetric):
     """FID against reference statistics and Inception Score of the samples of a generation config's test run.
+
+    Each process sums what the scores need over its samples (features, their outer products and count; per
+    Inception Score part, the class probabilities and sum p log p), and the sums of all processes are added: the
+    scores equal those of one process over all samples, and only those sums cross processes. The Inception runs on
+    the device of the samples. Samples carry their test-set ``index`` (:class:`~mmwf.datasets.SamplingLabels`);
+    under several processes a sample is counted by the process of ``index % world_size`` (mmengine's
+    ``DefaultSampler`` order: the copies that pad the last round are not counted), and the count must come to the
+    test set's ``num_samples``.
 
     Args:
         reference (str): statistics ``.npz`` of the real images (:func:`load_statistics`).
         inception (str, optional): the local FID Inception weights. Defaults to None: ``extractor`` must be given.
         extractor (Callable, optional): images -> (features, logits), instead of the Inception (e.g. the demo's
             classifier; then the distance is not FID and is reported under ``prefix``). Defaults to None.
-        is_splits (int): Inception Score splits. Defaults to 10.
+        is_splits (int): Inception Score parts (``np.array_split`` of the samples in index order). Defaults to 10.
         collect_device (str): Defaults to ``'cpu'``.
         prefix (str, optional): metric prefix. Defaults to None.
     """
@@ -141,19 +202,45 @@ class GenerationMetric(BaseMetric):
             raise ValueError('give the FID Inception weights (inception=PATH) or an extractor, not both')
         self.reference, self.is_splits = load_statistics(reference), is_splits
         self.extractor = extractor or FIDInception(inception)
+        self.sums: dict[str, torch.Tensor] = {}
+
+    def num_samples(self) -> int:
+        total = (self.dataset_meta or {}).get('num_samples')
+        if total is None:
+            raise ValueError("GenerationMetric needs the test set's num_samples in its metainfo (SamplingLabels "
+                             'gives it): the Inception Score parts and the sample count follow from it')
+        return int(total)
 
     def process(self, data_batch: dict, data_samples: Sequence[dict]) -> None:
-        images = torch.stack([s['fake_img'] for s in data_samples])
+        from mmengine.dist import get_dist_info
+        rank, world_size = get_dist_info()
+        kept = [s for s in data_samples if int(s['index']) % world_size == rank]
+        if not kept:
+            return
+        images = torch.stack([s['fake_img'] for s in kept])
         module = self.extractor if isinstance(self.extractor, nn.Module) else None
-        if module is not None:
-            images = images.to(next(module.parameters()).device)
-        features, logits = self.extractor(images)
-        for f, lg in zip(features.cpu().numpy(), logits.cpu().numpy()):
-            self.results.append((f, lg))
+        if module is not None and next(module.parameters()).device != images.device:
+            module.to(images.device)
+        with torch.no_grad():
+            features, logits = self.extractor(images)
+        parts = torch.as_tensor(array_split_part(np.array([int(s['index']) for s in kept]), self.num_samples(),
+                                                 self.is_splits))
+        self.sums = add_sums(self.sums, dict(moment_sums(features),
+                                             **inception_part_sums(logits, parts, self.is_splits)))
 
-    def compute_metrics(self, results: list) -> dict[str, float]:
-        features = np.stack([f for f, _ in results])
-        logits = np.stack([lg for _, lg in results])
-        fid = frechet_distance(*feature_statistics(features), *self.reference)
-        score, std = inception_score(logits, min(self.is_splits, len(logits)))
-        return dict(FID=fid, IS=score, IS_std=std, samples=len(results))
+    def evaluate(self, size: int) -> dict[str, float]:
+        """The sums of every process added (``all_reduce``), then the scores (the same on every process)."""
+        if not self.sums:
+            raise ValueError('GenerationMetric: no samples reached this process (an empty test set?)')
+        sums, self.sums = summed_over_processes(self.sums), {}
+        metrics = self.compute_metrics(sums)
+        return {f'{self.prefix}/{k}' if self.prefix else k: v for k, v in metrics.items()}
+
+    def compute_metrics(self, sums: dict[str, torch.Tensor]) -> dict[str, float]:
+        n = int(sums['count'])
+        if n != self.num_samples():
+            raise ValueError(f'GenerationMetric counted {n} samples of {self.num_samples()}: the test loader must '
+                             "hand out the test set in mmengine's DefaultSampler order (sample i to process i % world "
+                             'size), each sample once')
+        score, std = inception_score_of_sums(sums)
+        return dict(FID=frechet_distance(*moment_statistics(sums), *self.reference), IS=score, IS_std=std, samples=n)

@@ -58,3 +58,19 @@ def init_cpu_distributed(cfg: Config) -> None:
         dist.init_process_group(backend='gloo')
         print_log(f'no CUDA device: gloo process group, rank {dist.get_rank()} of {dist.get_world_size()}',
                   logger='current')
+
+
+def init_tool_distributed(launcher: str, device: str) -> tuple[int, int, str]:
+    """For a tool started by torchrun (``--launcher pytorch``): join the process group (NCCL on CUDA, gloo on CPU)
+    and take this process's GPU (``LOCAL_RANK``); returns (rank, world size, device). Without a launcher: (0, 1,
+    ``device``)."""
+    if launcher == 'none':
+        return 0, 1, device
+    import os
+
+    import torch.distributed as dist
+    cuda = device.startswith('cuda')
+    dist.init_process_group('nccl' if cuda else 'gloo')
+    if cuda:
+        device = f'cuda:{int(os.environ.get("LOCAL_RANK", 0))}'
+    return dist.get_rank(), dist.get_world_size(), device

@@ -71,6 +71,9 @@ def test_every_config_runs_with_mmwfs_hooks_under_any_runner(path):
     mmwf_hooks = Config.fromfile(str(ROOT / 'configs/_base_/mmwf_runtime.py')).mmwf_hooks
     assert all(cfg.default_hooks.get(name) == hook for name, hook in mmwf_hooks.items()), cfg.default_hooks
     assert 'runner_type' not in cfg
+    # the several-GPU recipe of its reference (docs/protocol.md): per-rank seed, TF32 switch, reference batch
+    assert {cfg.default_hooks.world_size.type, cfg.default_hooks.tf32.type} == {'WorldSizeHook', 'TF32Hook'}
+    assert cfg.auto_scale_lr.base_batch_size > 0 and not cfg.get('randomness', {}).get('diff_rank_seed')
     if '/generation/' not in path and '_gen_demo' not in path:
         assert dict(type='NonFiniteLossHook') in cfg.custom_hooks
 
@@ -175,9 +178,11 @@ def test_paper_config_trains_and_tests_at_its_input_size(path, paper_data):
     optim = build_optim_wrapper(model, cfg.optim_wrapper)
     train_set = registry.DATASETS.build(cfg.train_dataloader.dataset)
     model.train()
-    data = model.data_preprocessor(pseudo_collate([train_set[0], train_set[1]]), True)
+    # one 1024 x 1024 image for the detector; two crops for UperNet (batch norm after the 1 x 1 pyramid pooling)
+    samples = 1 if cfg.default_scope == 'mmdet' else 2
+    data = model.data_preprocessor(pseudo_collate([train_set[i] for i in range(samples)]), True)
     size = (1024, 1024) if cfg.default_scope == 'mmdet' else (512, 512)
-    assert data['inputs'].shape == (2, 3, *size)
+    assert data['inputs'].shape == (samples, 3, *size)
     loss, log_vars = model.parse_losses(model(**data, mode='loss'))
     assert all(torch.isfinite(torch.as_tensor(v).detach()).all() for v in log_vars.values()), log_vars
     optim.backward(loss)
@@ -190,11 +195,10 @@ def test_paper_config_trains_and_tests_at_its_input_size(path, paper_data):
     val_set = registry.DATASETS.build(cfg.val_dataloader.dataset)
     evaluator = Evaluator(cfg.val_evaluator)
     evaluator.dataset_meta = val_set.metainfo
-    for i in range(len(val_set)):
-        batch = pseudo_collate([val_set[i]])
-        with torch.no_grad():  # as mmengine's ValLoop
-            evaluator.process(model.val_step(batch), batch)
-    metrics = evaluator.evaluate(len(val_set))
+    batch = pseudo_collate([val_set[0]])  # one image through the test pipeline, the model and the metric
+    with torch.no_grad():  # as mmengine's ValLoop
+        evaluator.process(model.val_step(batch), batch)
+    metrics = evaluator.evaluate(1)
     if cfg.default_scope == 'mmdet':
         assert {'coco/bbox_mAP', 'coco/bbox_mAP_50', 'coco/segm_mAP'} <= metrics.keys()
     else:

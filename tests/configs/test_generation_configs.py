@@ -49,7 +49,8 @@ def test_demos_differ_in_data_size_and_schedule(demo, row, family):
     # outside the model: the data, the schedule (iterations, learning rate, EMA horizon) and the CPU run's settings
     changed = {k for k in set(cfg) | set(real) if cfg.get(k, 'absent') != real.get(k, 'absent')}
     assert changed == {'model', 'num_classes', 'train_dataloader', 'test_dataloader', 'test_cfg', 'test_evaluator',
-                       'max_iters', 'train_cfg', 'optim_wrapper', 'custom_hooks', 'default_hooks', 'env_cfg'}
+                       'max_iters', 'train_cfg', 'optim_wrapper', 'custom_hooks', 'default_hooks', 'env_cfg',
+                       'auto_scale_lr'}
     assert (cfg.num_classes, cfg.max_iters, cfg.test_dataloader, cfg.test_cfg, cfg.test_evaluator) == (
         3, 500, None, None, None)
     assert cfg.train_dataloader.dataset == dict(type='ClassFolderImages', root='data/demo/cls/train', size=32)
@@ -60,6 +61,7 @@ def test_demos_differ_in_data_size_and_schedule(demo, row, family):
     assert cfg.optim_wrapper == dict(real.optim_wrapper, optimizer=dict(real.optim_wrapper.optimizer, lr=1e-3))
     assert cfg.custom_hooks == [dict(real.custom_hooks[0], momentum=1e-2), real.custom_hooks[1]]
     assert cfg.env_cfg == dict(real.env_cfg, dist_cfg=dict(backend='gloo'))
+    assert cfg.auto_scale_lr == dict(real.auto_scale_lr, base_batch_size=cfg.train_dataloader.batch_size)
     # built: the row's blocks (MLP 4 x D, WF-DiT's dynamic blocks every third from block 1) at the demo's size
     from mmwf.registry import MODELS
     net = MODELS.build(cfg.model.denoiser)

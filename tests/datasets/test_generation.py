@@ -29,9 +29,10 @@ def test_class_folder_and_sampling_labels(tmp_path):
     assert SamplingLabels(7, 3, balanced=True).labels.tolist() == [0, 1, 2, 0, 1, 2, 0]
     # random labels, as DiT's sample_ddp.py draws them: uniform over the classes, the same for one seed only
     a, b, c = (SamplingLabels(10_000, 10, seed=s) for s in (3, 3, 4))
-    assert np.array_equal(a.labels, b.labels) and not a.metainfo and len(a) == 10_000
+    assert np.array_equal(a.labels, b.labels) and a.metainfo == dict(num_samples=10_000) and len(a) == 10_000
     assert np.mean(a.labels != c.labels) > 0.8  # another seed: another draw (9 in 10 differ for independent ones)
-    assert [a[i] for i in (0, 9_999)] == [dict(labels=int(a.labels[0])), dict(labels=int(a.labels[-1]))]
+    assert [a[i] for i in (0, 9_999)] == [dict(labels=int(a.labels[0]), indices=0),
+                                          dict(labels=int(a.labels[-1]), indices=9_999)]
     assert isinstance(a[0]['labels'], int)
     for labels in (a.labels, c.labels, a.labels[:5_000], a.labels[5_000:]):  # uniform overall and in each half
         assert labels.min() >= 0 and labels.max() <= 9

@@ -82,11 +82,13 @@ def test_metric_against_reference_statistics(tmp_path):
         f = images.float().mean((2, 3)) / 255
         return f, f * 10
     metric = ev.GenerationMetric(str(tmp_path / 'ref.npz'), extractor=extractor, is_splits=2)
+    metric.dataset_meta = dict(num_samples=10)
     colours = torch.randint(0, 256, (10, 3), generator=torch.Generator().manual_seed(0))
     images = colours[:, :, None, None].expand(10, 3, 4, 4).to(torch.uint8)  # one colour each: features = colour / 255
-    metric.process({}, [dict(fake_img=img) for img in images[:6]])
-    metric.process({}, [dict(fake_img=img) for img in images[6:]])  # results gather over batches
-    result = metric.compute_metrics(metric.results)
+    order = [7, 2, 9, 0, 4, 1, 8, 3, 6, 5]  # the sums do not depend on the order the samples come in
+    metric.process({}, [dict(fake_img=images[i], index=i) for i in order[:6]])
+    metric.process({}, [dict(fake_img=images[i], index=i) for i in order[6:]])  # sums over batches
+    result = {k.removeprefix('gen/'): v for k, v in metric.evaluate(10).items()}
 
     f = colours.double().numpy() / 255
     mu = f.sum(0) / 10
@@ -108,5 +110,8 @@ def test_metric_against_reference_statistics(tmp_path):
     assert parts[0] != pytest.approx(parts[1])
     assert (result['IS'], result['IS_std']) == pytest.approx((np.mean(parts), abs(parts[0] - parts[1]) / 2),
                                                              rel=1e-5)
+    metric.process({}, [dict(fake_img=images[i], index=i) for i in range(9)])
+    with pytest.raises(ValueError, match='counted 9 samples of 10'):
+        metric.evaluate(10)
     with pytest.raises(ValueError, match='not both'):
         ev.GenerationMetric(str(tmp_path / 'ref.npz'))

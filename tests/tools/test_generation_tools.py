@@ -3,6 +3,7 @@ dataset, reference statistics, training and FID testing through tools/train.py /
 and ADM-format .npz, and the DiT checkpoint converter."""
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -67,12 +68,34 @@ def test_latent_cache_holds_samples_of_each_image_and_its_flip(workspace):
         z = (torch.from_numpy(np.asarray(cache.latents[:, copy], dtype=np.float32)) / vae.scale - dist.mean) / dist.std
         assert z.abs().max() < 6 and 0.5 < z.std() < 1.5  # a sample of this image's (or flip's) latent distribution
     assert [cache[i]['labels'] for i in range(12)] == [images.items[i][1] for i in range(12)]
+    # two processes, 6 images each, into one cache: image i's samples come from its index alone
+    env = dict(os.environ, OMP_NUM_THREADS='1')
+    res = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port',
+                          free_port(), 'tools/generation/extract_latents.py', str(workspace / 'demo/cls/train'),
+                          str(workspace / 'cache2'), '--vae', str(workspace / 'vae'), '--size', '32', '--batch-size',
+                          '5', '--num-workers', '0', '--launcher', 'pytorch'], cwd=ROOT, env=env, capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    two = LatentCacheDataset(str(workspace / 'cache2'))
+    assert np.array_equal(np.asarray(two.labels), np.asarray(cache.labels))
+    np.testing.assert_allclose(np.asarray(two.latents, np.float32), np.asarray(cache.latents, np.float32),
+                               rtol=1e-3, atol=1e-3)  # the VAE meets the images in other batches
     with pytest.raises(FileNotFoundError, match='extract_latents.py'):
         LatentCacheDataset(str(workspace / 'nothing'))
 
 
+def free_port() -> str:
+    import socket
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return str(probe.getsockname()[1])
+
+
 @pytest.mark.slow
 def test_train_then_fid_with_test_py_and_the_same_samples_through_sample_py(workspace, tmp_path):
+    """Train, test (FID / IS) with one process and with two, sample with one process and with two: the same seven
+    samples everywhere (each drawn from its index), so the same FID, and the same .npz; a sampling run started
+    again draws only the PNGs that are missing."""
     config = tmp_path / 'tiny_gen.py'
     config.write_text(f"""_base_ = '{ROOT}/configs/generation/wf_dit_s_2_in256.py'
 model = dict(denoiser=dict(arch=dict(_delete_=True, hidden_size=32, depth=3), input_size=4, num_classes=3),
@@ -80,11 +103,12 @@ model = dict(denoiser=dict(arch=dict(_delete_=True, hidden_size=32, depth=3), in
 train_dataloader = dict(batch_size=4, num_workers=0, persistent_workers=False,
                         dataset=dict(_delete_=True, type='ClassFolderImages', root='{workspace / 'demo/cls/train'}',
                                      size=32))
-test_dataloader = dict(batch_size=3, dataset=dict(num_samples=6, num_classes=3))
+test_dataloader = dict(batch_size=3, dataset=dict(num_samples=7, num_classes=3))
 test_evaluator = dict(reference='{tmp_path / 'ref.npz'}', inception='{workspace / 'inception.pth'}', is_splits=2)
 train_cfg = dict(max_iters=2)
 default_hooks = dict(checkpoint=dict(interval=2))
 env_cfg = dict(dist_cfg=dict(backend='gloo'))
+auto_scale_lr = dict(base_batch_size=4)
 """)
     run('tools/generation/fid_stats.py', workspace / 'demo/cls/val', tmp_path / 'ref.npz', '--inception',
         workspace / 'inception.pth', '--size', 32)
@@ -93,20 +117,55 @@ env_cfg = dict(dist_cfg=dict(backend='gloo'))
     out = run('tools/test.py', config, checkpoint, '--work-dir', tmp_path / 'work', '--out-json', tmp_path / 'm.json')
     metrics = json.loads((tmp_path / 'm.json').read_text())
     fid = next(v for k, v in metrics.items() if k.endswith('FID'))
-    assert fid > 1 and 'gen/IS' in out
-    run('tools/generation/sample.py', config, checkpoint, '--num-samples', 6, '--batch-size', 3, '--out',
+    assert fid > 1 and 'gen/IS' in out and metrics['gen/samples'] == 7
+    # two processes: 4 + 3 samples (the sampler pads the second process with a copy of sample 0, not counted)
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHON=sys.executable, PORT=free_port())
+    res = subprocess.run(['bash', 'tools/dist_test.sh', str(config), str(checkpoint), '2', '--work-dir',
+                          str(tmp_path / 'work2'), '--out-json', str(tmp_path / 'm2.json')], cwd=ROOT, env=env,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    two = json.loads((tmp_path / 'm2.json').read_text())
+    assert two['gen/samples'] == 7
+    # the same samples; the Inception meets them in other batches (float rounding): the spread of two IS parts
+    # moves by about 1e-7
+    assert {k: two[k] for k in metrics} == pytest.approx(metrics, rel=1e-6, abs=1e-6)
+
+    run('tools/generation/sample.py', config, checkpoint, '--num-samples', 7, '--batch-size', 3, '--out',
         tmp_path / 'samples')
-    with np.load(tmp_path / 'samples' / 'samples_6.npz') as data:
-        assert data['arr_0'].shape == (6, 32, 32, 3) and data['arr_0'].dtype == np.uint8
-    assert len(list((tmp_path / 'samples').glob('*.png'))) == 6
-    run('tools/generation/fid_stats.py', tmp_path / 'samples' / 'samples_6.npz', tmp_path / 'fake.npz', '--inception',
+    with np.load(tmp_path / 'samples' / 'samples_7.npz') as data:
+        one = data['arr_0']
+        assert one.shape == (7, 32, 32, 3) and one.dtype == np.uint8 and data['labels'].shape == (7,)
+    assert len(list((tmp_path / 'samples').glob('*.png'))) == 7
+    res = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port',
+                          free_port(), 'tools/generation/sample.py', str(config), str(checkpoint), '--num-samples',
+                          '7', '--batch-size', '2', '--out', str(tmp_path / 'samples2'), '--launcher', 'pytorch'],
+                         cwd=ROOT, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for gone in ('000002.png', '000005.png'):  # as if the run had been stopped before them
+        (tmp_path / 'samples2' / gone).unlink()
+    again = run('tools/generation/sample.py', config, checkpoint, '--num-samples', 7, '--out', tmp_path / 'samples2')
+    assert '5 samples found' in again and '7 / 7 samples' in again
+    with np.load(tmp_path / 'samples2' / 'samples_7.npz') as data:
+        assert np.array_equal(data['arr_0'], one)
+    # the reference statistics from two processes (every other image each, the sums added) equal one process's
+    res = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port',
+                          free_port(), 'tools/generation/fid_stats.py', str(workspace / 'demo/cls/val'),
+                          str(tmp_path / 'ref2.npz'), '--inception', str(workspace / 'inception.pth'), '--size', '32',
+                          '--launcher', 'pytorch'], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    with np.load(tmp_path / 'ref.npz') as a, np.load(tmp_path / 'ref2.npz') as b:
+        # the Inception meets the images in other batches: float32 features agree to about 5e-5, so mu within that
+        # and sigma (six images) within 1e-3 of its largest entry
+        np.testing.assert_allclose(b['mu'], a['mu'], rtol=2e-4, atol=1e-6)
+        np.testing.assert_allclose(b['sigma'], a['sigma'], rtol=0, atol=1e-3 * np.abs(a['sigma']).max())
+    run('tools/generation/fid_stats.py', tmp_path / 'samples' / 'samples_7.npz', tmp_path / 'fake.npz', '--inception',
         workspace / 'inception.pth')
     from mmwf.evaluation import frechet_distance, load_statistics
-    with warnings.catch_warnings():  # six samples of 2048-dim features: the product may be flagged singular
+    with warnings.catch_warnings():  # seven samples of 2048-dim features: the product may be flagged singular
         warnings.simplefilter('ignore', UserWarning)
         same = frechet_distance(*load_statistics(str(tmp_path / 'fake.npz')),
                                 *load_statistics(str(tmp_path / 'ref.npz')))
-    assert same == pytest.approx(fid, rel=1e-3)  # the same six samples (seeds, labels, EMA weights) both ways
+    assert same == pytest.approx(fid, rel=1e-3)  # the same seven samples (seeds, labels, EMA weights) both ways
 
 
 @pytest.mark.slow

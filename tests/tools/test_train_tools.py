@@ -53,10 +53,13 @@ def run(cmd, **kwargs):
 def test_demo_end_to_end_short_schedule(demo_data, tmp_path):
     common = [sys.executable, 'tools/demo.py', '--data-root', str(demo_data), '--work-dir', str(tmp_path),
               '--max-iters', '3']
-    # after 3 iterations every score is tiny: keep all detections so that COCO AP is computed
-    det = run(common + ['--tasks', 'det', '--cfg-options', 'model.test_cfg.rcnn.score_thr=0.0'])
+    # after 3 iterations every score is tiny: keep all detections so that COCO AP is computed; the demo's test
+    # run evaluates the validation set, so training does not validate it first (the loop's validation: the
+    # two-process and killed-resume tests)
+    det = run(common + ['--tasks', 'det', '--cfg-options', 'model.test_cfg.rcnn.score_thr=0.0',
+                        'train_cfg.val_interval=4'])
     assert det.returncode == 0, det.stdout[-3000:] + det.stderr[-3000:]
-    seg = run(common + ['--tasks', 'seg'])
+    seg = run(common + ['--tasks', 'seg', '--cfg-options', 'train_cfg.val_interval=4'])
     assert seg.returncode == 0, seg.stdout[-3000:] + seg.stderr[-3000:]
     det_metrics = json.loads((tmp_path / 'det/metrics.json').read_text())
     seg_metrics = json.loads((tmp_path / 'seg/metrics.json').read_text())
@@ -80,12 +83,26 @@ def test_two_process_gloo_training(demo_data, tmp_path):
     res = run(['bash', 'tools/dist_train.sh', 'configs/demo/upernet_wf_t_demo.py', '2', '--work-dir', str(tmp_path),
                '--cfg-options', 'env_cfg.dist_cfg.backend=gloo', 'train_cfg.max_iters=2', 'train_cfg.val_interval=2',
                'default_hooks.checkpoint.interval=2', f'train_dataloader.dataset.data_root={root}',
-               f'val_dataloader.dataset.data_root={root}', 'train_dataloader.batch_size=2'],
+               f'val_dataloader.dataset.data_root={root}', 'train_dataloader.batch_size=2',
+               'auto_scale_lr.base_batch_size=2', '--auto-scale-lr'],
               timeout=600)
     log = res.stdout + res.stderr
     assert res.returncode == 0, log[-4000:]
     assert 'world_size: 2' in log or 'Distributed launcher: pytorch' in log
     assert (tmp_path / 'iter_2.pth').is_file()
+    lr = Config.fromfile(str(ROOT / 'configs/demo/upernet_wf_t_demo.py')).optim_wrapper.optimizer.lr
+    # 2 processes x 2 images against a reference batch of 2: the linear rule doubles the lr, and only once
+    assert f'--auto-scale-lr (2 processes): optimizer lr {lr:g} -> {2 * lr:g} (x 2: global batch 4 / 2)' in log
+    assert "recipe scaled by the reference's 'linear' rule for 2 processes" in log
+    groups = torch.load(tmp_path / 'iter_2.pth', weights_only=True)['optimizer']['param_groups']
+    assert max(g['initial_lr'] for g in groups) == pytest.approx(2 * lr)  # layer decay: the head's group at 1
+    # the checkpoint of two processes resumes in one
+    one = run([sys.executable, 'tools/train.py', 'configs/demo/upernet_wf_t_demo.py', '--work-dir', str(tmp_path),
+               '--resume', '--cfg-options', 'train_cfg.max_iters=3', 'train_cfg.val_interval=2',
+               'default_hooks.checkpoint.interval=1', f'train_dataloader.dataset.data_root={root}',
+               f'val_dataloader.dataset.data_root={root}', 'train_dataloader.batch_size=2'], timeout=600)
+    assert one.returncode == 0, (one.stdout + one.stderr)[-4000:]
+    assert 'resumed epoch: 0, iter: 2' in one.stdout + one.stderr and (tmp_path / 'iter_3.pth').is_file()
 
 
 @pytest.mark.slow
@@ -132,7 +149,9 @@ def test_killed_training_resumes_from_its_last_checkpoint(demo_data, tmp_path):
     proc = subprocess.Popen(cmd + ['--work-dir', str(work)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while not (work / 'last_checkpoint').exists() and proc.poll() is None and time.time() < deadline:
+    def written() -> bool:  # mmengine opens last_checkpoint, then writes the path into it
+        return (work / 'last_checkpoint').exists() and bool((work / 'last_checkpoint').read_text().strip())
+    while not written() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()

@@ -4,6 +4,10 @@ with ``arr_0``, uint8 N x H x W x 3), written as ``.npz`` with ``mu`` and ``sigm
 
     python tools/generation/fid_stats.py data/imagenet/train data/fid_stats/imagenet256_train.npz \
         --inception checkpoints/pt_inception-2015-12-05-6726825d.pth --size 256 --device cuda
+    torchrun --nproc_per_node 8 tools/generation/fid_stats.py ... --launcher pytorch   # every 8th image each
+
+Several processes add up the feature sums and outer products of their images; the statistics are those of one
+process.
 """
 from __future__ import annotations
 
@@ -13,27 +17,31 @@ import os.path as osp
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from mmwf.datasets import center_crop_arr
 from mmwf.datasets.generation import IMAGE_EXTENSIONS
-from mmwf.evaluation import FIDInception, feature_statistics
+from mmwf.evaluation import FIDInception
+from mmwf.evaluation.generation import add_sums, moment_statistics, moment_sums, summed_over_processes
+from mmwf.utils import init_tool_distributed
 from mmwf.utils.arrays import load_arrays
 from mmwf.utils.checkpoint import atomic_write
 
 
-def image_batches(source: str, size: int, batch: int, limit: int | None):
-    """uint8 (B, 3, H, W) batches of a folder or of an ADM ``.npz``."""
+def image_batches(source: str, size: int, batch: int, limit: int | None, rank: int = 0, world_size: int = 1):
+    """uint8 (B, 3, H, W) batches of a folder or of an ADM ``.npz``: of every ``world_size``-th image from ``rank``."""
     if source.endswith('.npz'):
         arr = load_arrays(source, ('arr_0',), fix="A sample batch holds arr_0 (N, H, W, 3) uint8, as ADM's and "
-                          'tools/generation/sample.py write it.')['arr_0'][:limit]
+                          'tools/generation/sample.py write it.')['arr_0'][:limit][rank::world_size]
         for i in range(0, len(arr), batch):
-            yield torch.from_numpy(arr[i:i + batch]).permute(0, 3, 1, 2)
+            yield torch.from_numpy(np.ascontiguousarray(arr[i:i + batch])).permute(0, 3, 1, 2)
         return
     from PIL import Image
     files = sorted(f for f in glob.glob(osp.join(source, '**', '*'), recursive=True)
                    if f.lower().endswith(IMAGE_EXTENSIONS))[:limit]
     if not files:
         raise SystemExit(f'no images under {source!r}')
+    files = files[rank::world_size]
     for i in range(0, len(files), batch):
         arrays = []
         for f in files[i:i + batch]:
@@ -50,16 +58,24 @@ def main() -> None:
     parser.add_argument('--size', type=int, default=256, help='centre-crop size of folder images')
     parser.add_argument('--batch-size', type=int, default=64)
     parser.add_argument('--limit', type=int, help='at most this many images')
+    parser.add_argument('--launcher', choices=['none', 'pytorch'], default='none')
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     args = parser.parse_args()
+    rank, world_size, args.device = init_tool_distributed(args.launcher, args.device)
     inception = FIDInception(args.inception).to(args.device)
-    features = []
-    for images in image_batches(args.source, args.size, args.batch_size, args.limit):
-        features.append(inception(images.to(args.device))[0].cpu().numpy())
-        print(f'{sum(map(len, features))} images', flush=True)
-    mu, sigma = feature_statistics(np.concatenate(features))
-    atomic_write(args.out, lambda f: np.savez(f, mu=mu, sigma=sigma))
-    print(f'statistics of {sum(map(len, features))} images written to {args.out}')
+    sums = {}
+    for images in image_batches(args.source, args.size, args.batch_size, args.limit, rank, world_size):
+        with torch.no_grad():
+            sums = add_sums(sums, moment_sums(inception(images.to(args.device))[0]))
+        print(f'rank {rank}: {int(sums["count"])} images', flush=True)
+    sums = summed_over_processes(sums)
+    if rank == 0:
+        mu, sigma = moment_statistics(sums)
+        atomic_write(args.out, lambda f: np.savez(f, mu=mu, sigma=sigma))
+        print(f'statistics of {int(sums["count"])} images written to {args.out}')
+    if world_size > 1:
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == '__main__':

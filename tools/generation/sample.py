@@ -2,22 +2,65 @@
 as one ADM-format ``.npz`` (``arr_0``: uint8 N x H x W x 3, and ``labels``) for ADM's evaluator
 (openai/guided-diffusion, evaluations/evaluator.py). Labels as the config's test set draws them.
 
+Sample i's label and noise depend on i alone, so the set is the same for any number of processes and batch size.
+Several processes (``torchrun ... --launcher pytorch``) take every W-th index each, as
+DiT's sample_ddp.py; each PNG is written whole (renamed into place), and a run started again skips the PNGs that
+exist. The ``.npz`` is assembled from the PNGs one image at a time (memory: one image).
+
     python tools/generation/sample.py configs/generation/wf_dit_s_2_in256.py work_dirs/wf_dit_s_2/iter_400000.pth \
         --num-samples 50000 --out work_dirs/wf_dit_s_2/samples --device cuda
+    torchrun --nproc_per_node 8 tools/generation/sample.py CONFIG CHECKPOINT --out DIR --launcher pytorch
 """
 from __future__ import annotations
 
 import argparse
 import os
 import os.path as osp
+import zipfile
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
+from PIL import Image
 
 from mmwf.registry import DATASETS, MODELS
+from mmwf.utils import init_tool_distributed
 from mmwf.utils.checkpoint import atomic_write, load_state_dict_file, load_strict
+
+
+def png_path(out: str, index: int) -> str:
+    return osp.join(out, f'{index:06d}.png')
+
+
+def write_png(path: str, image: np.ndarray) -> None:
+    """The PNG whole or not at all: written beside it, then renamed."""
+    tmp = osp.join(osp.dirname(path), f'.{osp.basename(path)}.{os.getpid()}.tmp')
+    Image.fromarray(image).save(tmp, format='PNG')
+    os.replace(tmp, path)
+
+
+def write_npz(path: str, out: str, labels: np.ndarray) -> None:
+    """``arr_0`` (N x H x W x 3 uint8, from the PNGs 0..N-1 one at a time) and ``labels``, as ``np.savez`` lays them
+    out (an uncompressed zip of ``.npy`` files)."""
+    first = np.asarray(Image.open(png_path(out, 0)).convert('RGB'))
+    shape = (len(labels), *first.shape)
+
+    def write(f) -> None:
+        with zipfile.ZipFile(f, 'w', zipfile.ZIP_STORED, allowZip64=True) as archive:
+            with archive.open('arr_0.npy', 'w', force_zip64=True) as member:
+                np.lib.format.write_array_header_2_0(member, dict(descr='|u1', fortran_order=False, shape=shape))
+                for i in range(len(labels)):
+                    image = np.asarray(Image.open(png_path(out, i)).convert('RGB'))
+                    if image.shape != first.shape:
+                        raise ValueError(f'{png_path(out, i)} is {image.shape}, the others {first.shape}: remove it '
+                                         f'and sample again')
+                    member.write(np.ascontiguousarray(image, dtype=np.uint8).tobytes())
+            with archive.open('labels.npy', 'w') as member:
+                np.lib.format.write_array(member, np.asarray(labels))
+
+    atomic_write(path, write)
 
 
 def main() -> None:
@@ -27,13 +70,18 @@ def main() -> None:
                         'converts DiT / WeightFormer-release .pt files)')
     parser.add_argument('--out', required=True, help='folder for the PNGs and samples_N.npz')
     parser.add_argument('--num-samples', type=int, default=50000)
-    parser.add_argument('--batch-size', type=int, default=32)
+    parser.add_argument('--batch-size', type=int, default=32, help='samples per forward pass of each process')
     parser.add_argument('--cfg-scale', type=float, help='classifier-free guidance (default: the config\'s)')
-    parser.add_argument('--no-png', action='store_true', help='write the .npz only')
+    parser.add_argument('--no-png', action='store_true', help='remove the PNGs once the .npz is written')
+    parser.add_argument('--tf32', action=argparse.BooleanOptionalAction, default=True,
+                        help='TF32 matmuls on Ampere and later GPUs (DiT sample_ddp.py --tf32, on by default)')
+    parser.add_argument('--launcher', choices=['none', 'pytorch'], default='none')
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
     args = parser.parse_args()
 
+    rank, world_size, args.device = init_tool_distributed(args.launcher, args.device)
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
     cfg = Config.fromfile(args.config)
     cfg.merge_from_dict(args.cfg_options)
     init_default_scope(cfg.get('default_scope', 'mmengine'))
@@ -44,19 +92,28 @@ def main() -> None:
     model.to(args.device).eval()
     labels = DATASETS.build(dict(cfg.test_dataloader.dataset, num_samples=args.num_samples)).labels
     os.makedirs(args.out, exist_ok=True)
-    images = []
-    for i in range(0, len(labels), args.batch_size):
-        batch = torch.as_tensor(labels[i:i + args.batch_size], device=args.device)
-        for j, sample in enumerate(model.predict(batch)):
-            arr = sample['fake_img'].permute(1, 2, 0).cpu().numpy()
-            images.append(arr)
-            if not args.no_png:
-                from PIL import Image
-                Image.fromarray(arr).save(osp.join(args.out, f'{i + j:06d}.png'))
-        print(f'{len(images)} / {len(labels)} samples', flush=True)
-    path = osp.join(args.out, f'samples_{len(images)}.npz')
-    atomic_write(path, lambda f: np.savez(f, arr_0=np.stack(images), labels=np.asarray(labels)))
-    print(f'wrote {path}' + ('' if args.no_png else f' and {len(images)} PNGs in {args.out}'))
+    todo = [i for i in range(rank, len(labels), world_size) if not osp.isfile(png_path(args.out, i))]
+    done = len(range(rank, len(labels), world_size)) - len(todo)
+    if done:
+        print(f'rank {rank}: {done} samples found in {args.out}, {len(todo)} to draw', flush=True)
+    for start in range(0, len(todo), args.batch_size):
+        indices = torch.as_tensor(todo[start:start + args.batch_size])
+        batch = torch.as_tensor(labels[indices.numpy()], device=args.device)
+        for sample in model.predict(batch, indices):
+            write_png(png_path(args.out, sample['index']), sample['fake_img'].permute(1, 2, 0).cpu().numpy())
+        print(f'rank {rank}: {done + start + len(indices)} / {done + len(todo)} samples', flush=True)
+    if world_size > 1:
+        dist.barrier()
+    path = osp.join(args.out, f'samples_{len(labels)}.npz')
+    if rank == 0:
+        write_npz(path, args.out, labels)
+        if args.no_png:
+            for i in range(len(labels)):
+                os.remove(png_path(args.out, i))
+        print(f'wrote {path}' + ('' if args.no_png else f' and {len(labels)} PNGs in {args.out}'), flush=True)
+    if world_size > 1:
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == '__main__':

@@ -39,6 +39,10 @@ default_hooks = dict(
     param_scheduler=dict(type='ParamSchedulerHook'),
     checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=50_000, max_keep_ckpts=3),
     sampler_seed=dict(type='DistSamplerSeedHook'),
+    # several GPUs (docs/protocol.md): DiT seeds rank r of W with seed * W + r (train.py:121; the sampler shuffles
+    # with the seed itself), keeps the global batch (auto_scale_lr below) and turns TF32 on (train.py:12-13)
+    world_size=dict(type='WorldSizeHook', seed_rule='seed * world_size + rank'),
+    tf32=dict(type='TF32Hook', matmul=True, cudnn=True),
     **_base_.mmwf_hooks)
 env_cfg = dict(cudnn_benchmark=False, mp_cfg=dict(mp_start_method='fork', opencv_num_threads=0),
                dist_cfg=dict(backend='nccl'))
@@ -47,3 +51,4 @@ log_level = 'INFO'
 load_from = None
 resume = False
 randomness = dict(seed=0)
+auto_scale_lr = dict(enable=False, base_batch_size=256, rule='global_batch')  # DiT train.py:118, 174

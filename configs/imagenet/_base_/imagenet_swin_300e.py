@@ -66,7 +66,10 @@ train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=1)
 val_cfg = dict()
 test_cfg = dict()
 auto_scale_lr = dict(base_batch_size=2048, enable=False)
+# several GPUs (docs/protocol.md): the release seeds rank r with SEED + r (main.py:120), sets no TF32, and scales
+# lr, warm-up lr and minimum lr linearly with the global batch (main.py:126-134: auto_scale_lr, --auto-scale-lr)
 default_hooks = dict(checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=3, save_best='auto'),
-                     **_base_.mmwf_hooks)
+                     world_size=dict(type='WorldSizeHook', seed_rule='seed + rank'),
+                     tf32=dict(type='TF32Hook', matmul=False, cudnn=True), **_base_.mmwf_hooks)
 custom_hooks = [dict(type='NonFiniteLossHook')]
 randomness = dict(seed=0)

@@ -3,5 +3,8 @@ from .non_finite_loss import NonFiniteLossHook
 from .safe_checkpoint import SafeCheckpointHook
 from .show_predictions import ShowPredictionsHook
 from .strict_load import StrictLoadHook
+from .tf32 import TF32Hook
+from .world_size import WorldSizeHook
 
-__all__ = ['DatasetCheckHook', 'NonFiniteLossHook', 'SafeCheckpointHook', 'ShowPredictionsHook', 'StrictLoadHook']
+__all__ = ['DatasetCheckHook', 'NonFiniteLossHook', 'SafeCheckpointHook', 'ShowPredictionsHook', 'StrictLoadHook',
+           'TF32Hook', 'WorldSizeHook']

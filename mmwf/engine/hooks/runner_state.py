@@ -34,3 +34,8 @@ def loaded_file(runner) -> str:
         with open(last) as f:
             return f.read().strip()
     return ''
+
+
+def accumulative_counts(runner) -> int:
+    """Iterations per optimizer step of the runner's built optimizer wrapper."""
+    return int(getattr(runner.optim_wrapper, '_accumulative_counts', 1))

@@ -14,6 +14,17 @@ from collections.abc import Callable, Sequence
 import torch
 
 
+def randn(shape: Sequence[int], generator: torch.Generator | Sequence[torch.Generator] | None,
+          device: torch.device | str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Standard normal noise of ``shape`` from one generator (or torch's), or from one generator per sample: row k of
+    the first ``len(generator)`` rows from ``generator[k]``, so that a sample's noise does not depend on the batch it
+    is in; further rows (the unconditional half of a guided batch, which guidance does not read) repeat them."""
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.randn(shape, generator=generator, device=device, dtype=dtype)
+    rows = torch.stack([torch.randn(tuple(shape[1:]), generator=g, device=device, dtype=dtype) for g in generator])
+    return rows.repeat(shape[0] // len(rows), *([1] * (len(shape) - 1)))
+
+
 def linear_betas(num_timesteps: int) -> torch.Tensor:
     """Ho et al.'s linear schedule extended to any step count: linspace(1e-4 s, 0.02 s), s = 1000 / num_timesteps."""
     scale = 1000 / num_timesteps
@@ -195,15 +206,15 @@ class GaussianDiffusion:
 
     @torch.no_grad()
     def p_sample_loop(self, model: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], noise: torch.Tensor,
-                      generator: torch.Generator | None = None, progress: Callable[[int], None] | None = None
-                      ) -> torch.Tensor:
+                      generator: torch.Generator | Sequence[torch.Generator] | None = None,
+                      progress: Callable[[int], None] | None = None) -> torch.Tensor:
         """Ancestral sampling from x_T = ``noise`` through every step of this (respaced) process; ``model`` (x, t)
-        receives the original timesteps. Returns x_0."""
+        receives the original timesteps; the step noise as :func:`randn` draws it from ``generator``. Returns x_0."""
         x = noise
         steps = self.timestep_map.to(noise.device)
         for i in reversed(range(self.num_timesteps)):
             t = torch.full((x.shape[0],), i, device=x.device, dtype=torch.long)
-            z = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+            z = randn(x.shape, generator, x.device, x.dtype)
             x = self.p_sample(model(x, steps[t]), x, t, z)
             if progress is not None:
                 progress(self.num_timesteps - i)

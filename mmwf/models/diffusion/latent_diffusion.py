@@ -14,7 +14,7 @@ from mmengine.model import BaseDataPreprocessor, BaseModel
 
 from mmwf.registry import MODELS
 
-from .gaussian_diffusion import GaussianDiffusion
+from .gaussian_diffusion import GaussianDiffusion, randn
 from .vae import LATENT_SCALE, FrozenVAE
 
 
@@ -25,14 +25,17 @@ class GenerationDataPreprocessor(BaseDataPreprocessor):
 
     def forward(self, data: dict, training: bool = False) -> dict:
         data = self.cast_data(dict(data))
-        inputs, labels = data.get('inputs'), data.get('labels')
+        inputs, labels, indices = data.get('inputs'), data.get('labels'), data.get('indices')
         if isinstance(inputs, (list, tuple)):
             inputs = torch.stack(list(inputs))
         if inputs is not None and inputs.dtype == torch.uint8:
             inputs = inputs.float() / 127.5 - 1
         if labels is not None:
             labels = torch.as_tensor(labels).to(self.device).long()
-        return dict(inputs=inputs, labels=labels)
+        out = dict(inputs=inputs, labels=labels)
+        if indices is not None:
+            out['indices'] = torch.as_tensor(indices).long()
+        return out
 
 
 @MODELS.register_module()
@@ -49,8 +52,9 @@ class LatentDiffusion(BaseModel):
         sampling_steps (int | str): respacing for sampling (:func:`~mmwf.models.diffusion.space_timesteps`). Defaults
             to ``'250'`` (DiT's FID runs).
         cfg_scale (float): classifier-free guidance at sampling; 1.0 is none (Table 7). Defaults to 1.0.
-        sample_seed (int): the noise of each sampled batch is seeded from it, the process rank and the samples drawn
-            before, so that a test run is reproducible. Defaults to 0.
+        sample_seed (int): the noise of sample i (its index in the test set, or its position among the samples this
+            model drew) comes from a generator seeded with ``sample_seed`` and i alone (:meth:`sample_generators`), so a
+            sample set is the same for any batch size and number of processes. Defaults to 0.
         data_preprocessor (dict, optional): Defaults to :class:`GenerationDataPreprocessor`.
         init_cfg (dict, optional): mmengine init config. Defaults to None.
     """
@@ -95,12 +99,22 @@ class LatentDiffusion(BaseModel):
             losses['loss_vb'] = terms['vb'].mean()
         return losses
 
+    def sample_generators(self, indices: torch.Tensor, device: torch.device | str) -> list[torch.Generator]:
+        """One generator per sample index, seeded with (h + index) mod 2**32, h a 32-bit hash of ``sample_seed``:
+        distinct for the indices of one seed (torch's CPU generator keeps 32 bits of a seed), and two seeds' sets
+        overlap only if their hashes lie within the set size of each other."""
+        import numpy as np
+        base = int(np.random.SeedSequence(self.sample_seed).generate_state(1)[0])
+        return [torch.Generator(device).manual_seed((base + int(i)) % 2**32) for i in indices]
+
     @torch.no_grad()
-    def sample(self, labels: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Samples of ``labels`` (B,) as diffusion data (latents, or pixels without a VAE), (B, C, s, s)."""
+    def sample(self, labels: torch.Tensor,
+               generator: torch.Generator | list[torch.Generator] | None = None) -> torch.Tensor:
+        """Samples of ``labels`` (B,) as diffusion data (latents, or pixels without a VAE), (B, C, s, s); the noise
+        from ``generator`` (one, or one per sample: :func:`~mmwf.models.diffusion.gaussian_diffusion.randn`)."""
         d = self.denoiser
         shape = (len(labels), d.in_channels, d.input_size, d.input_size)
-        z = torch.randn(shape, generator=generator, device=labels.device)
+        z = randn(shape, generator, labels.device)
         if self.cfg_scale == 1.0:
             return self.sampler.p_sample_loop(lambda x, t: d(x, t, labels), z, generator)
         null = torch.full_like(labels, d.num_classes)
@@ -115,20 +129,22 @@ class LatentDiffusion(BaseModel):
             x = self.vae.decode(x)
         return torch.clamp(127.5 * x + 128.0, 0, 255).to(torch.uint8)
 
-    def predict(self, labels: torch.Tensor) -> list[dict]:
+    def predict(self, labels: torch.Tensor, indices: torch.Tensor | None = None) -> list[dict]:
+        """Samples of ``labels`` (B,) as uint8 images, sample k's noise from its index ``indices[k]`` (default: the
+        next B positions among the samples this model drew)."""
         labels = self.check_labels(labels)
-        from mmengine.dist import get_rank
-        generator = torch.Generator(labels.device).manual_seed(self.sample_seed + 1_000_003 * get_rank()
-                                                               + self.num_sampled)
-        self.num_sampled += len(labels)
-        images = self.to_images(self.sample(labels, generator))
-        return [dict(fake_img=img, label=int(y)) for img, y in zip(images, labels)]
+        if indices is None:
+            indices = torch.arange(self.num_sampled, self.num_sampled + len(labels))
+            self.num_sampled += len(labels)
+        images = self.to_images(self.sample(labels, self.sample_generators(indices, labels.device)))
+        return [dict(fake_img=img, label=int(y), index=int(i)) for img, y, i in zip(images, labels, indices)]
 
-    def forward(self, inputs: torch.Tensor | None = None, labels: torch.Tensor | None = None, mode: str = 'tensor'):
+    def forward(self, inputs: torch.Tensor | None = None, labels: torch.Tensor | None = None, mode: str = 'tensor',
+                indices: torch.Tensor | None = None):
         if mode == 'loss':
             return self.loss(inputs, labels)
         if mode == 'predict':
-            return self.predict(labels)
+            return self.predict(labels, indices)
         if mode == 'tensor':
             t = torch.zeros(inputs.shape[0], dtype=torch.long, device=inputs.device)
             return self.denoiser(self.to_diffusion_data(inputs), t, labels)

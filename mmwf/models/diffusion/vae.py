@@ -45,11 +45,13 @@ class FrozenVAE:
         return load_vae(self.path)
 
     @torch.no_grad()
-    def encode(self, images: torch.Tensor, sample: bool = True) -> torch.Tensor:
-        """DiT's ``vae.encode(x).latent_dist.sample() * 0.18215`` (``sample=False``: the mean)."""
+    def encode(self, images: torch.Tensor, sample: bool = True,
+               generator: torch.Generator | list[torch.Generator] | None = None) -> torch.Tensor:
+        """DiT's ``vae.encode(x).latent_dist.sample() * 0.18215`` (``sample=False``: the mean); the sample's noise
+        from ``generator``, one or one per image (diffusers' ``randn_tensor``), torch's by default."""
         vae = self.vae.to(images.device)
         dist = vae.encode(images.to(vae.dtype)).latent_dist
-        return (dist.sample() if sample else dist.mean).float() * self.scale
+        return (dist.sample(generator) if sample else dist.mean).float() * self.scale
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:

@@ -49,3 +49,21 @@ def test_labels_outside_the_classes_and_a_missing_vae_are_refused(tmp_path):
         latent.vae.encode(torch.zeros(1, 3, 64, 64))
     with pytest.raises(ValueError, match='inputs have 4 channels, the denoiser takes 3'):
         build()(torch.zeros(2, 4, 8, 8), torch.tensor([0, 1]), mode='loss')
+
+
+@pytest.mark.parametrize('cfg_scale', [1.0, 2.0])
+def test_a_samples_noise_follows_its_index_alone(cfg_scale):
+    """Sample i is the same in any batch and on any process: its noise comes from a generator seeded with i."""
+    model = build(cfg_scale=cfg_scale, sample_seed=3).eval()
+
+    def draw(labels, indices, seeded=model):
+        return seeded.sample(torch.tensor(labels), seeded.sample_generators(torch.tensor(indices), 'cpu'))
+    together, alone = draw([0, 2, 1], [5, 6, 7]), draw([1], [7])
+    assert torch.equal(together[2], alone[0])
+    assert not torch.allclose(together[0], draw([0], [8])[0])  # another index, another sample
+    other_seed = build(cfg_scale=cfg_scale, sample_seed=4).eval()
+    other_seed.load_state_dict(model.state_dict())
+    assert not torch.allclose(draw([1], [7], other_seed)[0], alone[0])
+    # predict: the same per-index samples as images
+    images = model(labels=torch.tensor([0, 2, 1]), indices=torch.tensor([5, 6, 7]), mode='predict')
+    assert torch.equal(images[2]['fake_img'], model.to_images(alone)[0]) and images[2]['index'] == 7

@@ -1,0 +1,38 @@
+"""TF32 for the run's float32 matmuls and convolutions on Ampere and later GPUs, as a config switch."""
+from __future__ import annotations
+
+import torch
+from mmengine.hooks import Hook
+
+from mmwf.registry import HOOKS
+
+
+@HOOKS.register_module()
+class TF32Hook(Hook):
+    """Sets ``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32`` for the run (training
+    and testing) and restores both after it. TF32 keeps float32's range with a 10-bit mantissa in the products (sums
+    stay float32): DiT enables both for training (train.py:12-13, "a lot faster" on A100) and matmul for sampling
+    (sample_ddp.py:49, cuDNN's left at torch's default, on). torch's defaults are matmul off, cuDNN on. No effect
+    on CPU or on bf16 / fp16 products.
+
+    Args:
+        matmul (bool): TF32 in float32 matmuls (``nn.Linear``, ``@``). Defaults to True.
+        cudnn (bool): TF32 in cuDNN's float32 convolutions. Defaults to True.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self, matmul: bool = True, cudnn: bool = True) -> None:
+        self.matmul, self.cudnn = matmul, cudnn
+        self._saved: tuple[bool, bool] | None = None
+
+    def before_run(self, runner) -> None:
+        self._saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self.matmul, self.cudnn
+        if torch.cuda.is_available():
+            runner.logger.info(f'TF32: matmul {"on" if self.matmul else "off"}, cuDNN {"on" if self.cudnn else "off"}')
+
+    def after_run(self, runner) -> None:
+        if self._saved is not None:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self._saved
+            self._saved = None
