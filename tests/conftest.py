@@ -25,12 +25,11 @@ def _seed():
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Balance the xdist workers (``make test``: ``--dist loadgroup``): each slow test is a unit of its own (a
-    module fixture it shares is then built once per worker that runs one), the other tests of a file share a worker
-    (their module fixtures are built once), unless a test names its own ``xdist_group``; the slow units are handed
-    out first, so that what a worker takes last is short."""
+    """Balance the xdist workers (``make test``: ``--dist loadgroup``): the tests of a file share a worker (their
+    module fixtures are built once) unless a test names its own ``xdist_group``; files with slow tests are handed out
+    first, so that what a worker takes last is short."""
+    slow_files = {item.path for item in items if item.get_closest_marker('slow')}
     for item in items:
         if item.get_closest_marker('xdist_group') is None:
-            unit = item.nodeid if item.get_closest_marker('slow') else str(item.path.relative_to(config.rootpath))
-            item.add_marker(pytest.mark.xdist_group(unit))
-    items.sort(key=lambda item: item.get_closest_marker('slow') is None)
+            item.add_marker(pytest.mark.xdist_group(str(item.path.relative_to(config.rootpath))))
+    items.sort(key=lambda item: item.path not in slow_files)
