@@ -26,17 +26,10 @@ def _seed():
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Balance the xdist workers (``make test``: ``--dist loadgroup``): the tests of a file share a worker (their
-    module fixtures are built once) unless a test names its own ``xdist_group``; units with more slow tests are handed
-    out first (the largest, tests/tools/test_train_tools.py, about 5.5 worker-minutes), so that what a worker takes
-    last is short."""
-    groups = {}
+    module fixtures are built once) unless a test names its own ``xdist_group``; files with slow tests are handed out
+    first, so that what a worker takes last is short."""
+    slow_files = {item.path for item in items if item.get_closest_marker('slow')}
     for item in items:
-        marker = item.get_closest_marker('xdist_group')
-        if marker is None:
-            marker = pytest.mark.xdist_group(str(item.path.relative_to(config.rootpath)))
-            item.add_marker(marker)
-        groups[item] = marker.args[0] if marker.args else marker.kwargs.get('name')
-    slow = {}
-    for item, group in groups.items():
-        slow[group] = slow.get(group, 0) + bool(item.get_closest_marker('slow'))
-    items.sort(key=lambda item: -slow[groups[item]])
+        if item.get_closest_marker('xdist_group') is None:
+            item.add_marker(pytest.mark.xdist_group(str(item.path.relative_to(config.rootpath))))
+    items.sort(key=lambda item: item.path not in slow_files)
