@@ -1,5 +1,6 @@
-"""CUDA checks (``pytest -m cuda``; skipped without a CUDA device): the backbones, every attention operator and
-the neck under fp16 / bf16 autocast against fp32 on the same device, the batched per-sample depthwise convolution
+"""CUDA checks (``pytest -m cuda``; skipped without a CUDA device): the backbones, every attention operator, the
+neck and the two denoisers (B/2, activation checkpointing on) under fp16 / bf16 autocast against fp32 on the same
+device, the batched per-sample depthwise convolution
 (grouped and shift-sum) against the CPU loop, and peak memory of WF-T vs DeiT-T at 1024 and 1248.
 
 Needs torch, timm and mmengine only (no mmcv / mmdet / mmseg), like the backbones themselves.
@@ -69,6 +70,30 @@ def test_windowed_deit_and_neck_autocast_match_fp32(dtype):
     backbone = DeiT('t', with_cls_token=False, window_size=14, window_block_indexes=(0, 1, 3, 4, 6, 7, 9, 10))
     model = torch.nn.Sequential(backbone, SimpleFeaturePyramid(192))
     check_autocast(model, torch.randn(1, 3, 512, 512), dtype)
+
+
+class Denoising(torch.nn.Module):
+    """A denoiser called on latents alone (timesteps and labels fixed by the batch position), as the checks call."""
+
+    def __init__(self, denoiser: torch.nn.Module) -> None:
+        super().__init__()
+        self.denoiser = denoiser
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        i = torch.arange(len(x), device=x.device)
+        return self.denoiser(x, i * 997 % 1000, i % 1000)
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16], ids=['fp16', 'bf16'])
+@pytest.mark.parametrize('family', ['WeightFormerDiT', 'DiT'])
+def test_denoiser_autocast_with_checkpointing_matches_fp32(family, dtype):
+    """The configs' *_b_2_in256_bf16 / _fp16 models (adaLN-Zero moved off its zero init, so every branch counts)."""
+    torch.manual_seed(0)
+    denoiser = MODELS.build(dict(type=family, arch='B', patch_size=2, with_cp=True))
+    with torch.no_grad():
+        for p in denoiser.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    check_autocast(Denoising(denoiser), torch.randn(4, 4, 32, 32), dtype)
 
 
 @pytest.mark.parametrize('impl', ['auto', 'grouped', 'shift'])

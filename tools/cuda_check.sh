@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA checks in one run (a machine with a CUDA GPU, torch and timm; no MMLab packages needed):
 #   bash tools/cuda_check.sh [OUT_DIR]
-# 1. `pytest -m cuda`: backbones, attention operators and neck under fp16 / bf16 autocast vs fp32, the batched
+# 1. `pytest -m cuda`: backbones, attention operators, neck and denoisers under fp16 / bf16 autocast vs fp32, the batched
 #    per-sample depthwise conv (one grouped conv; the shift-sum of compiled graphs) vs the CPU loop, outputs and
 #    gradients, activation memory of WF-T vs DeiT-T at 1024 and 1248;
 # 2. tools/analysis/benchmark.py on CUDA at 224 / 1024 / 1248 (throughput, peak and activation memory);

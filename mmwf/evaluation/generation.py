@@ -229,11 +229,22 @@ class GenerationMetric(BaseMetric):
                                              **inception_part_sums(logits, parts, self.is_splits)))
 
     def evaluate(self, size: int) -> dict[str, float]:
-        """The sums of every process added (``all_reduce``), then the scores (the same on every process)."""
+        """The sums of every process added (``all_reduce``), then the scores, computed by the first process (the
+        2048-wide matrix square root of FID takes seconds of CPU) and broadcast, as mmengine's evaluator does."""
+        from mmengine.dist import broadcast_object_list, is_main_process
         if not self.sums:
             raise ValueError('GenerationMetric: no samples reached this process (an empty test set?)')
         sums, self.sums = summed_over_processes(self.sums), {}
-        metrics = self.compute_metrics(sums)
+        result: list = [None]
+        if is_main_process():
+            try:
+                result = [self.compute_metrics(sums)]
+            except Exception as err:  # raised on every process, none left waiting for the broadcast
+                result = [err]
+        broadcast_object_list(result)
+        if isinstance(result[0], Exception):
+            raise result[0]
+        metrics = result[0]
         return {f'{self.prefix}/{k}' if self.prefix else k: v for k, v in metrics.items()}
 
     def compute_metrics(self, sums: dict[str, torch.Tensor]) -> dict[str, float]:

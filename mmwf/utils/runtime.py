@@ -27,8 +27,9 @@ def adapt_to_device(cfg: Config) -> None:
     wrapper = cfg.get('optim_wrapper', {})
     if wrapper.get('type') == 'AmpOptimWrapper':
         wrapper['type'] = 'OptimWrapper'
-        wrapper.pop('loss_scale', None)
-        print_log('no CUDA device: AmpOptimWrapper -> OptimWrapper (fp32)', logger='current')
+        dropped = [key for key in ('loss_scale', 'dtype', 'use_fsdp') if wrapper.pop(key, None) is not None]
+        print_log('no CUDA device: AmpOptimWrapper -> OptimWrapper (fp32' + (f', without {", ".join(dropped)})'
+                                                                              if dropped else ')'), logger='current')
     if _replace_sync_bn(cfg.model):
         print_log('no CUDA device: SyncBN -> BN', logger='current')
 

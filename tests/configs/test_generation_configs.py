@@ -72,3 +72,21 @@ def test_demos_differ_in_data_size_and_schedule(demo, row, family):
         assert [b.linear2.in_features for b in net.blocks] == [512] * 6
     else:
         assert [b.mlp.fc2.in_features for b in net.blocks] == [512] * 6 and net.blocks[0].attn.num_heads == 4
+
+
+@pytest.mark.parametrize('precision', ['bf16', 'fp16'])
+@pytest.mark.parametrize('family', ['wf_dit', 'dit'])
+def test_mixed_precision_variants_change_the_optimizer_wrapper_only(family, precision):
+    """*_bf16 / *_fp16: the B/2 row under autocast (fp16 with a dynamic loss scale), nothing else changed; without
+    CUDA the wrapper falls back to the row's fp32 one."""
+    import torch
+
+    from mmwf.utils import adapt_to_device
+    cfg = Config.fromfile(str(ROOT / f'configs/generation/{family}_b_2_in256_{precision}.py'))
+    row = Config.fromfile(str(ROOT / f'configs/generation/{family}_b_2_in256.py'))
+    assert {k for k in set(cfg) | set(row) if cfg.get(k, 'absent') != row.get(k, 'absent')} == {'optim_wrapper'}
+    amp = dict(dtype='bfloat16') if precision == 'bf16' else dict(dtype='float16', loss_scale='dynamic')
+    assert cfg.optim_wrapper == dict(row.optim_wrapper, type='AmpOptimWrapper', **amp)
+    if not torch.cuda.is_available():
+        adapt_to_device(cfg)
+        assert cfg.optim_wrapper == row.optim_wrapper

@@ -1,11 +1,13 @@
 """Training-step and sampling-step time and peak memory of WeightFormer-DiT against DiT, side by side (interleaved
 rounds, ratios taken round by round): S/2 and B/2 at 32 x 32 latents (256 px) and 64 x 64 (512 px), where
 WeightFormer's linear cost in the tokens should show. A training step is DiT's: the hybrid loss on a batch of
-latents, backward, AdamW; a sampling step is one denoiser call and ancestral update of the 250-step sampler. Memory:
-CUDA's peak allocation above the start of the step, or on CPU the peak resident set of a fresh process.
+latents, backward, AdamW (``train-cp``: with every block's activations recomputed in the backward pass, the configs'
+``with_cp``); a sampling step is one denoiser call and ancestral update of the 250-step sampler. Memory: CUDA's peak
+allocation above the start of the step, or on CPU the peak resident set of a fresh process.
 
     python tools/analysis/generation_benchmark.py --device cuda --batch 32
     python tools/analysis/generation_benchmark.py --archs S/2 --sizes 32 --batch 4 --rounds 3   # CPU
+    python tools/analysis/generation_benchmark.py --modes train train-cp     # what activation checkpointing saves
 """
 from __future__ import annotations
 
@@ -23,14 +25,16 @@ FAMILIES = {'WF-DiT': 'WeightFormerDiT', 'DiT': 'DiT'}
 
 
 def make_step(family: str, arch: str, size: int, batch: int, mode: str, device: str) -> Callable[[], None]:
-    """One training or sampling step of ``family``-``arch`` (e.g. ``'S/2'``) on (batch, 4, size, size) latents."""
+    """One training (``'train'``, ``'train-cp'``) or sampling step of ``family``-``arch`` (e.g. ``'S/2'``) on
+    (batch, 4, size, size) latents."""
     name, patch = arch.split('/')
     model = MODELS.build(dict(type='LatentDiffusion', denoiser=dict(
-        type=FAMILIES[family], arch=name, patch_size=int(patch), input_size=size))).to(device)
+        type=FAMILIES[family], arch=name, patch_size=int(patch), input_size=size,
+        with_cp=mode == 'train-cp'))).to(device)
     g = torch.Generator(device).manual_seed(0)
     x = torch.randn(batch, 4, size, size, device=device, generator=g)
     labels = torch.randint(0, 1000, (batch,), device=device, generator=g)
-    if mode == 'train':
+    if mode.startswith('train'):
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0)
 
@@ -54,7 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--archs', nargs='+', default=['S/2', 'B/2'])
     parser.add_argument('--sizes', nargs='+', type=int, default=[32, 64], help='latent sides (x 8 px)')
-    parser.add_argument('--modes', nargs='+', default=['train', 'sample'], choices=['train', 'sample'])
+    parser.add_argument('--modes', nargs='+', default=['train', 'sample'], choices=['train', 'train-cp', 'sample'])
     parser.add_argument('--batch', type=int, default=8)
     parser.add_argument('--rounds', type=int, default=5)
     parser.add_argument('--no-memory', action='store_true')

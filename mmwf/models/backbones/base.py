@@ -8,16 +8,15 @@ ImageNet head. :class:`PlainBackbone` holds all of that except what a family dif
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
-import torch.utils.checkpoint as cp
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
 from mmwf.models.initializers import init_weights_pretrained_last
-from mmwf.models.layers import PatchEmbed, resolve_arch, tokens_to_map
+from mmwf.models.layers import PatchEmbed, resolve_arch, run_blocks, tokens_to_map
 
 
 def resolve_out_indices(out_indices: int | Sequence[int], depth: int, name: str) -> list[int]:
@@ -49,18 +48,6 @@ def image_grid(x: torch.Tensor, stem: nn.Conv2d, min_grid: int, name: str) -> tu
                          f'of the weights\' dtype, or run under mixed precision (torch.autocast; in a config '
                          "optim_wrapper.type='AmpOptimWrapper') instead of casting the input.")
     return h, w
-
-
-def run_blocks(blocks: nn.ModuleList, x: torch.Tensor, hw: tuple[int, int],
-               with_cp: bool = False) -> Iterator[tuple[int, torch.Tensor]]:
-    """Apply ``blocks`` in turn to tokens x (B, N, C) on grid ``hw``, yielding (index, output) after each;
-    ``with_cp`` checkpoints activations while training."""
-    for i, block in enumerate(blocks):
-        if with_cp and block.training and x.requires_grad:
-            x = cp.checkpoint(block, x, hw, use_reentrant=False)
-        else:
-            x = block(x, hw)
-        yield i, x
 
 
 class PlainBackbone(BaseModule):
@@ -178,7 +165,7 @@ class PlainBackbone(BaseModule):
             return (self.forward_classifier(x),)
         x, hw, prefix = self.embed(x, classify=False)
         feats = [self.norm(feat) if i == self.depth - 1 and self.final_norm else feat
-                 for i, feat in run_blocks(self.blocks, x, hw, self.with_cp) if i in self.out_indices]
+                 for i, feat in run_blocks(self.blocks, x, hw, with_cp=self.with_cp) if i in self.out_indices]
         return tuple(tokens_to_map(f[:, prefix:] if prefix else f, hw).contiguous() for f in feats)
 
     def forward_classifier(self, x: torch.Tensor) -> torch.Tensor:
@@ -187,7 +174,7 @@ class PlainBackbone(BaseModule):
             raise RuntimeError(f'this {type(self).__name__} has no classification head; build it with '
                                'num_classes=1000')
         x, hw, prefix = self.embed(x, classify=True)
-        _, x = deque(run_blocks(self.blocks, x, hw, self.with_cp), maxlen=1)[0]  # the last output, none kept
+        _, x = deque(run_blocks(self.blocks, x, hw, with_cp=self.with_cp), maxlen=1)[0]  # the last output, none kept
         return self.head(self.pool(self.norm(x), prefix))
 
     def checkpoint_filter_fn(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -48,15 +48,16 @@ class DiT(DiffusionTransformer):
         class_dropout_prob (float): label dropout. Defaults to 0.1.
         num_classes (int): classes. Defaults to 1000.
         learn_sigma (bool): predict the variance too. Defaults to True.
+        with_cp (bool): activation checkpointing of every block while training. Defaults to False.
         init_cfg (dict, optional): mmengine init config. Defaults to None.
     """
 
     def __init__(self, arch: str | dict = 'S', patch_size: int = 2, input_size: int = 32, in_channels: int = 4,
                  mlp_ratio: float = 4.0, class_dropout_prob: float = 0.1, num_classes: int = 1000,
-                 learn_sigma: bool = True, init_cfg: dict | None = None) -> None:
+                 learn_sigma: bool = True, with_cp: bool = False, init_cfg: dict | None = None) -> None:
         cfg = resolve_arch(arch, ARCHS, 'DiT')
         super().__init__(input_size, patch_size, in_channels, cfg['hidden_size'], class_dropout_prob, num_classes,
-                         learn_sigma, init_cfg)
+                         learn_sigma, with_cp, init_cfg)
         self.blocks = nn.ModuleList(DiTBlock(cfg['hidden_size'], cfg['num_heads'], mlp_ratio)
                                     for _ in range(cfg['depth']))
         self.initialize_weights()

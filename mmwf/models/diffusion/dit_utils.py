@@ -8,12 +8,13 @@ labels y (B,) in [0, num_classes), ``num_classes`` being the dropped (unconditio
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import torch
 import torch.nn as nn
 from mmengine.model import BaseModule
 
-from mmwf.models.layers import PatchEmbed
+from mmwf.models.layers import PatchEmbed, run_blocks
 
 
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -103,19 +104,23 @@ class DiffusionTransformer(BaseModule):
         class_dropout_prob (float): label dropout for classifier-free guidance. Defaults to 0.1.
         num_classes (int): classes. Defaults to 1000.
         learn_sigma (bool): predict the variance too. Defaults to True.
+        with_cp (bool): activation checkpointing of every block while training (fast-DiT's gradient
+            checkpointing): the same gradients, activation memory of one block plus the blocks' inputs. Defaults
+            to False.
         init_cfg (dict, optional): mmengine init config. Defaults to None.
     """
 
     zero_patch_bias = False  # the WeightFormer release zeroes the patch embedding's bias; DiT leaves its default
 
     def __init__(self, input_size: int, patch_size: int, in_channels: int, hidden_size: int,
-                 class_dropout_prob: float, num_classes: int, learn_sigma: bool,
+                 class_dropout_prob: float, num_classes: int, learn_sigma: bool, with_cp: bool = False,
                  init_cfg: dict | None = None) -> None:
         super().__init__(init_cfg=init_cfg)
         if input_size % patch_size:
             raise ValueError(f'input_size {input_size} is not a multiple of patch_size {patch_size}')
         self.input_size, self.patch_size, self.in_channels = input_size, patch_size, in_channels
         self.learn_sigma, self.num_classes, self.hidden_size = learn_sigma, num_classes, hidden_size
+        self.with_cp = with_cp
         self.out_channels = in_channels * 2 if learn_sigma else in_channels
         self.x_embedder = PatchEmbed(in_channels, hidden_size, patch_size)
         self.t_embedder = TimestepEmbedder(hidden_size)
@@ -160,9 +165,8 @@ class DiffusionTransformer(BaseModule):
                              f'{tuple(x.shape[-2:])}: set input_size')
         tokens = self.x_embedder(x).flatten(2).transpose(1, 2) + self.pos_embed
         c = self.t_embedder(t) + self.y_embedder(y, self.training)
-        hw = (self.grid, self.grid)
-        for block in self.blocks:
-            tokens = block(tokens, c, hw)
+        _, tokens = deque(run_blocks(self.blocks, tokens, c, (self.grid, self.grid), with_cp=self.with_cp),
+                          maxlen=1)[0]  # the last output, none kept
         return self.unpatchify(self.final_layer(tokens, c))
 
     def forward_with_cfg(self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor, cfg_scale: float,

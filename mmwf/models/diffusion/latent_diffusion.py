@@ -93,7 +93,8 @@ class LatentDiffusion(BaseModel):
         labels = self.check_labels(labels)
         x = self.to_diffusion_data(inputs)
         t = torch.randint(0, self.diffusion.num_timesteps, (x.shape[0],), device=x.device)
-        terms = self.diffusion.training_losses(lambda xt, ts: self.denoiser(xt, ts, labels), x, t)
+        # the loss in fp32 whatever the denoiser computes in (mixed precision: the configs' *_bf16 / *_fp16)
+        terms = self.diffusion.training_losses(lambda xt, ts: self.denoiser(xt, ts, labels).float(), x, t)
         losses = dict(loss_mse=terms['mse'].mean())
         if 'vb' in terms:
             losses['loss_vb'] = terms['vb'].mean()

@@ -68,6 +68,7 @@ class WeightFormerDiT(DiffusionTransformer):
         class_dropout_prob (float): label dropout. Defaults to 0.1.
         num_classes (int): classes. Defaults to 1000.
         learn_sigma (bool): predict the variance too. Defaults to True.
+        with_cp (bool): activation checkpointing of every block while training. Defaults to False.
         init_cfg (dict, optional): mmengine init config. Defaults to None.
     """
 
@@ -76,10 +77,10 @@ class WeightFormerDiT(DiffusionTransformer):
     def __init__(self, arch: str | dict = 'S', patch_size: int = 2, input_size: int = 32, in_channels: int = 4,
                  mlp_ratio: float = 4.0, dynamic_blocks: dict | Sequence[int] = dict(every=3, offset=1),
                  class_dropout_prob: float = 0.1, num_classes: int = 1000, learn_sigma: bool = True,
-                 init_cfg: dict | None = None) -> None:
+                 with_cp: bool = False, init_cfg: dict | None = None) -> None:
         cfg = resolve_arch(arch, ARCHS, 'WeightFormerDiT')
         super().__init__(input_size, patch_size, in_channels, cfg['hidden_size'], class_dropout_prob, num_classes,
-                         learn_sigma, init_cfg)
+                         learn_sigma, with_cp, init_cfg)
         self.dynamic_ids = dynamic_block_ids(dynamic_blocks, cfg['depth'])
         self.blocks = nn.ModuleList(WFDiTBlock(cfg['hidden_size'], mlp_ratio, i in self.dynamic_ids)
                                     for i in range(cfg['depth']))

@@ -27,6 +27,7 @@ from .dynamic_linear import (
 )
 from .implementation import implementation
 from .norm import LayerNorm2d
+from .sequence import run_blocks
 from .tokens import (
                      PatchEmbed,
                      map_to_tokens,
@@ -49,4 +50,4 @@ __all__ = ['LayerNorm2d', 'DynamicLinear', 'GAPDynamicLinear', 'LinearDynamicLin
            'KernelAttention', 'OPERATORS', 'SoftmaxAttention', 'ELUAttention', 'ReLUAttention', 'InLineAttention',
            'MHLAttention', 'TTTAttention',
            'PatchEmbed', 'tokens_to_map', 'map_to_tokens', 'pool_tokens', 'partition', 'unpartition',
-           'resample_pos_embed', 'resolve_arch', 'dynamic_block_ids', 'implementation']
+           'resample_pos_embed', 'resolve_arch', 'dynamic_block_ids', 'implementation', 'run_blocks']

@@ -162,3 +162,43 @@ def test_clear_errors():
         DiT('S', patch_size=3)
     with pytest.raises(ValueError, match='built for 8 x 8 inputs'):
         WeightFormerDiT(SMALL_WF, input_size=8)(torch.randn(1, 4, 16, 16), torch.tensor([1]), torch.tensor([0]))
+
+
+@pytest.mark.parametrize('build', [
+    lambda cp: WeightFormerDiT(SMALL_WF, input_size=8, with_cp=cp),
+    lambda cp: DiT(dict(hidden_size=32, depth=2, num_heads=2), input_size=8, with_cp=cp)], ids=['wf-dit', 'dit'])
+def test_activation_checkpointing_keeps_the_gradients_and_saves_no_block_activation(build):
+    """with_cp: the same loss and gradients; what autograd keeps for backward shrinks by exactly what each block
+    saves when run on its own, less its inputs (tokens and conditioning), which checkpointing keeps."""
+    from tests.cost import saved_bytes
+    g = torch.Generator().manual_seed(0)
+    x, t, y = torch.randn(3, 4, 8, 8, generator=g), torch.tensor([1, 500, 999]), torch.tensor([0, 3, 7])
+    runs = []
+    for with_cp in (False, True):
+        torch.manual_seed(0)
+        model = perturbed(build(with_cp)).train()
+        out = {}
+
+        def forward(model=model, out=out):
+            torch.manual_seed(0)  # the same label dropout
+            out['loss'] = model(x, t, y).square().mean()
+            return out['loss']
+        saved = saved_bytes(forward)
+        out['loss'].backward()
+        runs.append((out['loss'].detach(), {n: p.grad for n, p in model.named_parameters() if p.requires_grad}, saved))
+    (loss, grads, saved), (cp_loss, cp_grads, cp_saved) = runs
+    torch.testing.assert_close(cp_loss, loss, rtol=0, atol=0)
+    assert grads.keys() == cp_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(cp_grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
+    with torch.no_grad():  # each block's inputs in the plain run, as tensors that need gradients
+        tokens = model.x_embedder(x).flatten(2).transpose(1, 2) + model.pos_embed
+        c = (model.t_embedder(t) + model.y_embedder(y, False)).requires_grad_()
+    per_block, hw = [], (model.grid, model.grid)
+    for block in model.blocks:
+        inputs = (tokens.numel() + c.numel()) * 4
+        per_block.append(saved_bytes(lambda block=block, tokens=tokens: block(tokens.requires_grad_(), c, hw)) - inputs)
+        with torch.no_grad():
+            tokens = block(tokens, c, hw)
+    assert cp_saved < saved
+    assert saved - cp_saved == sum(per_block)

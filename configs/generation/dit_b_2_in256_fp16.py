@@ -1,0 +1,6 @@
+# DiT-B/2 (Table 7) trained under fp16 autocast with a dynamic loss scale (fast-DiT's `--mixed_precision fp16`; the
+# paper trains in fp32): weights, AdamW states and the loss stay fp32, sampling for FID too. Without CUDA it trains
+# in fp32 (logged).
+_base_ = './dit_b_2_in256.py'
+
+optim_wrapper = dict(type='AmpOptimWrapper', dtype='float16', loss_scale='dynamic')
