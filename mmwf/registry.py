@@ -12,9 +12,10 @@ from mmengine.registry import (
                                MODELS,
                                OPTIM_WRAPPER_CONSTRUCTORS,
                                RUNNERS,
+                               STRATEGIES,
                                TRANSFORMS,
                                WEIGHT_INITIALIZERS,
 )
 
-__all__ = ['DATASETS', 'METRICS', 'MODELS', 'HOOKS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'RUNNERS', 'TRANSFORMS',
-           'WEIGHT_INITIALIZERS']
+__all__ = ['DATASETS', 'METRICS', 'MODELS', 'HOOKS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'RUNNERS', 'STRATEGIES',
+           'TRANSFORMS', 'WEIGHT_INITIALIZERS']

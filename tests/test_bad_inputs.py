@@ -262,6 +262,23 @@ def label_beyond_classes(tmp: Path) -> Callable:
     return read
 
 
+def global_batch_over_three_processes() -> None:
+    from mmwf.engine.world import scale_to_world
+    scale_to_world(Config.fromfile(str(ROOT / 'configs/generation/dit_s_2_in256.py')), 3)
+
+
+def generation_metric_missing_samples(tmp: Path) -> Callable:
+    """A metric told of 10 samples that saw 9 (a sampler that drops or repeats samples)."""
+    import numpy as np
+
+    from mmwf.evaluation import GenerationMetric
+    np.savez(tmp / 'ref.npz', mu=np.zeros(3), sigma=np.eye(3))
+    metric = GenerationMetric(str(tmp / 'ref.npz'), extractor=lambda x: (x.float().mean((2, 3)),) * 2, is_splits=1)
+    metric.dataset_meta = dict(num_samples=10)
+    metric.process({}, [dict(fake_img=torch.full((3, 2, 2), i, dtype=torch.uint8), index=i) for i in range(9)])
+    return lambda: metric.evaluate(10)
+
+
 def unreachable_url(tmp: Path) -> Callable:
     def load():
         os.environ['TORCH_HOME'] = str(tmp)
@@ -400,6 +417,11 @@ CASES = [
      ['empty.pth is a file; give a folder']),
     ('no pictures asked for', lambda t: lambda: ShowPredictionsHook(str(t), max_images=0), ValueError,
      ['max_images=0', 'positive count, or None for all']),
+    # several processes
+    ('global batch the process count does not divide', lambda t: global_batch_over_three_processes, ValueError,
+     ['the global batch 256 cannot be split over 3 processes x 1 accumulated iterations', 'divides it']),
+    ('generation metric missing samples', generation_metric_missing_samples, ValueError,
+     ['GenerationMetric counted 9 samples of 10', "DefaultSampler order", 'each sample once']),
     # precision
     ('NaN / inf loss', lambda t: nan_loss_iteration, FloatingPointError,
      ['iteration 42', 'loss=nan', 'loss_bbox=inf', 'loss_cls=0.7', 'clip_grad', '--resume']),

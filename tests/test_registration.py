@@ -52,7 +52,7 @@ def test_without_the_plugin_the_error_names_the_registry(tmp_path):
 
 
 REGISTRIES = ('MODELS', 'HOOKS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'WEIGHT_INITIALIZERS', 'METRICS', 'DATASETS',
-              'TRANSFORMS')
+              'TRANSFORMS', 'STRATEGIES')
 
 
 def mmwf_names() -> dict[str, set[str]]:

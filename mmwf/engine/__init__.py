@@ -1,4 +1,4 @@
-from . import hooks, optimizers
+from . import hooks, optimizers, strategies
 from .resume import resume_checkpoint
 
-__all__ = ['hooks', 'optimizers', 'resume_checkpoint']
+__all__ = ['hooks', 'optimizers', 'strategies', 'resume_checkpoint']

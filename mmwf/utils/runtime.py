@@ -47,13 +47,23 @@ def init_cpu_distributed(cfg: Config) -> None:
     """With a distributed launcher but no CUDA, start the process group here with gloo, and wrap the model
     in DDP without device ids: mmengine's own initialisation calls ``torch.cuda.set_device`` and its DDP
     wrapper passes ``device_ids=[LOCAL_RANK]``, both of which fail on CPU (the Runner skips its own
-    initialisation once a group exists)."""
+    initialisation once a group exists). Under ``FlexibleRunner`` the same for its strategy's wrapper: DDP without
+    device ids, FSDP on the CPU (``device_id='cpu'``: its default is the GPU of LOCAL_RANK)."""
     if cfg.get('launcher', 'none') == 'none' or torch.cuda.is_available():
         return
-    if cfg.get('model_wrapper_cfg') is None:
-        cfg.model_wrapper_cfg = dict(type='MMDistributedDataParallel', broadcast_buffers=False,
-                                     find_unused_parameters=cfg.get('find_unused_parameters', False))
-    cfg.model_wrapper_cfg.device_ids = None
+    strategy = cfg.get('strategy') if cfg.get('runner_type') == 'FlexibleRunner' else None
+    if strategy is not None:
+        if strategy.get('type') in ('DDPStrategy', 'FSDPStrategy', 'ResumableFSDPStrategy'):
+            wrapper = strategy.setdefault('model_wrapper', {})
+            if strategy['type'] != 'DDPStrategy':
+                wrapper['device_id'] = 'cpu'
+            else:
+                wrapper.update(device_ids=None, broadcast_buffers=False)
+    else:
+        if cfg.get('model_wrapper_cfg') is None:
+            cfg.model_wrapper_cfg = dict(type='MMDistributedDataParallel', broadcast_buffers=False,
+                                         find_unused_parameters=cfg.get('find_unused_parameters', False))
+        cfg.model_wrapper_cfg.device_ids = None
     import torch.distributed as dist
     if not dist.is_initialized():
         dist.init_process_group(backend='gloo')

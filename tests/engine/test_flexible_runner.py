@@ -1,5 +1,6 @@
-"""mmwf's runner pieces under mmengine's FlexibleRunner (the runner of FSDP / DeepSpeed strategies) with a DDP
-strategy on two gloo processes: the same errors for the same bad inputs as under Runner, and a strict resume."""
+"""mmwf's runner pieces under mmengine's FlexibleRunner (the runner of FSDP / DeepSpeed strategies) with a DDP and
+an FSDP strategy on two gloo processes: the same errors for the same bad inputs as under Runner (FSDP's checked
+against the whole tensors, not the shards), and a strict resume."""
 import json
 import os
 import socket
@@ -23,14 +24,15 @@ def runner_outcome(run) -> str:
 
 
 @pytest.mark.slow
-def test_flexible_runner_with_ddp_keeps_the_checks(tmp_path):
+@pytest.mark.parametrize('strategy', ['DDPStrategy', 'ResumableFSDPStrategy'])
+def test_flexible_runner_keeps_the_checks(strategy, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT))
     with socket.socket() as probe:  # a free port for the rendezvous
         probe.bind(('127.0.0.1', 0))
         port = probe.getsockname()[1]
     res = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port',
-                          str(port), '-m', 'tests.engine.flexible_runner_run', str(tmp_path)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
+                          str(port), '-m', 'tests.engine.flexible_runner_run', str(tmp_path), strategy], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-4000:]
     ranks = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in (0, 1)]
     assert ranks[0] == ranks[1]

@@ -22,17 +22,15 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Subset
 
 from mmwf.datasets import ClassFolderImages
-from mmwf.models.diffusion import FrozenVAE, load_vae
+from mmwf.models.diffusion import FrozenVAE, index_generators, load_vae
 from mmwf.utils import init_tool_distributed
 from mmwf.utils.checkpoint import atomic_write
 
 
 def generators(seed: int, indices: torch.Tensor, device: str) -> list[torch.Generator]:
-    """Per image i, one generator for the image and one for its flip, seeded (h + 2i) and (h + 2i + 1) mod 2**32,
-    h a 32-bit hash of ``seed``: images first, then flips, as the batch is laid out."""
-    base = int(np.random.SeedSequence(seed).generate_state(1)[0])
-    return [torch.Generator(device).manual_seed((base + 2 * int(i) + flip) % 2**32)
-            for flip in (0, 1) for i in indices]
+    """Per image i, one generator for the image and one for its flip, those of indices 2i and 2i + 1
+    (:func:`~mmwf.models.diffusion.index_generators`): images first, then flips, as the batch is laid out."""
+    return index_generators(seed, [2 * int(i) + flip for flip in (0, 1) for i in indices], device)
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from mmwf.utils.checkpoint import (
     checkpoint_problem,
     load_checked,
     mismatch_lines,
+    state_dict_mismatch,
 )
 
 from .runner_state import built_datasets, is_resuming, loaded_file, will_load
@@ -36,9 +37,11 @@ ELEMENTWISE_STATE = ('exp_avg', 'exp_avg_sq', 'max_exp_avg_sq', 'exp_inf', 'mome
                      'grad_avg', 'sum', 'acc_delta', 'ax', 'prev', 'step_size')
 
 
-def optimizer_state_mismatch(optimizer, saved: dict, names: dict[int, str]) -> list[str]:
+def optimizer_state_mismatch(optimizer, saved: dict, names: dict[int, str],
+                             shapes: dict[str, tuple] | None = None) -> list[str]:
     """Lines naming how a saved optimizer state does not fit ``optimizer`` (group count, parameters per group,
-    shapes of the element-wise state entries); empty when it fits. ``names`` maps ``id(parameter)`` to its name."""
+    shapes of the element-wise state entries); empty when it fits. ``names`` maps ``id(parameter)`` to its name;
+    ``shapes`` (FSDP: the optimizer holds shards, the saved state is keyed by name) gives each name's whole shape."""
     import torch
     groups, saved_groups = optimizer.param_groups, saved.get('param_groups', [])
     if len(groups) != len(saved_groups):
@@ -49,15 +52,32 @@ def optimizer_state_mismatch(optimizer, saved: dict, names: dict[int, str]) -> l
     if lines:
         return lines
     state = saved.get('state', {})
-    shapes = []
+    wrong = []
     for group, saved_group in zip(groups, saved_groups):
         for param, pid in zip(group['params'], saved_group['params']):
+            name = names.get(id(param), '?')
+            expected = tuple(param.shape) if shapes is None else shapes.get(pid, shapes.get(name))
             for key, value in state.get(pid, {}).items():
-                if key in ELEMENTWISE_STATE and isinstance(value, torch.Tensor) and value.shape != param.shape:
-                    shapes.append(f'{names.get(id(param), "?")} ({key}): checkpoint {tuple(value.shape)} vs '
-                                  f'parameter {tuple(param.shape)}')
-    return [f'state shape mismatches ({len(shapes)}): {", ".join(shapes[:8])}{" ..." if len(shapes) > 8 else ""}'
-            ] if shapes else []
+                if (key in ELEMENTWISE_STATE and isinstance(value, torch.Tensor) and expected is not None
+                        and tuple(value.shape) != expected):
+                    wrong.append(f'{name} ({key}): checkpoint {tuple(value.shape)} vs parameter {expected}')
+    return [f'state shape mismatches ({len(wrong)}): {", ".join(wrong[:8])}{" ..." if len(wrong) > 8 else ""}'
+            ] if wrong else []
+
+
+def fsdp_state(model) -> tuple[dict, bool] | None:
+    """The state dict of a model that FSDP shards, in the layout its strategy saves and loads, and whether that is
+    the whole (unsharded) one, gathered then on every process; None for any other model. A collective call: every
+    process loading the checkpoint makes it."""
+    from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    if not isinstance(model, FSDP):
+        return None
+    if FSDP.get_state_dict_type(model).state_dict_type != StateDictType.FULL_STATE_DICT:
+        return model.state_dict(), False
+    with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT,
+                              FullStateDictConfig(offload_to_cpu=True, rank0_only=False)):
+        return model.state_dict(), True
 
 
 def _hints(own: set[str], state: set[str]) -> list[str]:
@@ -107,7 +127,16 @@ class StrictLoadHook(Hook):
             state = {re.sub(pattern, replacement, k): v for k, v in state.items()}
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         partial = bool(runner.cfg.get(PARTIAL_LOAD, False))
-        mismatch = load_checked(model, state)
+        sharded, shapes = fsdp_state(runner.model), None
+        if sharded is None:
+            mismatch = load_checked(model, state)
+        else:  # FSDP: compared in the layout it saves; FSDPStrategy loads the state through FSDP after this hook
+            mismatch = state_dict_mismatch(sharded[0], state)
+            if sharded[1]:
+                shapes = {k: tuple(v.shape) for k, v in sharded[0].items()}
+            if 'state_dict' in checkpoint:
+                mis_shaped = {line.split(':')[0] for line in mismatch.shapes}
+                checkpoint['state_dict'] = {k: v for k, v in state.items() if k not in mis_shaped}
         if mismatch and partial:
             runner.logger.warning('\n'.join([f'{PARTIAL_LOAD}=True: loaded only the tensors of {filename} that match '
                                              'the model; left out:', *mismatch_lines(mismatch)]))
@@ -115,19 +144,19 @@ class StrictLoadHook(Hook):
             raise CheckpointMismatchError('\n'.join([
                 f'checkpoint {filename!r} does not match the model of this config ({type(model).__name__}); the run '
                 'stops before the first batch.', *mismatch_lines(mismatch),
-                *_hints(set(model.state_dict()), set(state)),
+                *_hints(set(model.state_dict() if sharded is None else sharded[0]), set(state)),
                 'Use the checkpoint this config trained. To load only the matching tensors on purpose (fine-tuning '
                 f'with another head), set {PARTIAL_LOAD}=True (--cfg-options {PARTIAL_LOAD}=True).']))
         resuming = is_resuming(runner)
         if resuming and 'optimizer' in checkpoint:
-            self._check_optimizer(runner, model, checkpoint['optimizer'], filename)
+            self._check_optimizer(runner, model, checkpoint['optimizer'], filename, shapes)
         trained = ((checkpoint.get('meta') or {}).get('dataset_meta') or {}).get('classes')
         splits = built_datasets(runner)
         if trained and (resuming or 'train' not in splits):
             check_classes(splits, model, (filename, list(trained)))
 
     @staticmethod
-    def _check_optimizer(runner, model, saved: dict, filename: str) -> None:
+    def _check_optimizer(runner, model, saved: dict, filename: str, shapes: dict[str, tuple] | None) -> None:
         from mmengine.optim import OptimWrapper, OptimWrapperDict
         wrapper = runner.optim_wrapper
         if not isinstance(wrapper, (OptimWrapper, OptimWrapperDict)):  # not built: nothing to compare with
@@ -135,7 +164,7 @@ class StrictLoadHook(Hook):
         names = {id(p): n for n, p in model.named_parameters()}
         wrappers = wrapper.optim_wrappers if isinstance(wrapper, OptimWrapperDict) else {'': wrapper}
         for key, each in wrappers.items():
-            mismatch = optimizer_state_mismatch(each.optimizer, saved[key] if key else saved, names)
+            mismatch = optimizer_state_mismatch(each.optimizer, saved[key] if key else saved, names, shapes)
             if mismatch:
                 raise CheckpointMismatchError('\n'.join([
                     f'cannot resume from {filename!r}: its optimizer state{f" ({key})" if key else ""} does not '

@@ -9,8 +9,9 @@ timesteps t (B,) integers in [0, num_timesteps).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
+import numpy as np
 import torch
 
 
@@ -23,6 +24,15 @@ def randn(shape: Sequence[int], generator: torch.Generator | Sequence[torch.Gene
         return torch.randn(shape, generator=generator, device=device, dtype=dtype)
     rows = torch.stack([torch.randn(tuple(shape[1:]), generator=g, device=device, dtype=dtype) for g in generator])
     return rows.repeat(shape[0] // len(rows), *([1] * (len(shape) - 1)))
+
+
+def index_generators(seed: int, indices: Iterable[int], device: torch.device | str) -> list[torch.Generator]:
+    """One generator per index i, seeded (h + i) mod 2**32, h a 32-bit hash of ``seed`` (numpy's SeedSequence): a
+    draw that depends on the seed and its index alone, never on the batch or the process. Distinct for the indices
+    of one seed (torch's CPU generator keeps 32 bits of a seed); two seeds' sets overlap only if their hashes lie
+    within the set size of each other."""
+    base = int(np.random.SeedSequence(seed).generate_state(1)[0])
+    return [torch.Generator(device).manual_seed((base + int(i)) % 2**32) for i in indices]
 
 
 def linear_betas(num_timesteps: int) -> torch.Tensor:

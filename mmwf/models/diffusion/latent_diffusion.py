@@ -14,7 +14,7 @@ from mmengine.model import BaseDataPreprocessor, BaseModel
 
 from mmwf.registry import MODELS
 
-from .gaussian_diffusion import GaussianDiffusion, randn
+from .gaussian_diffusion import GaussianDiffusion, index_generators, randn
 from .vae import LATENT_SCALE, FrozenVAE
 
 
@@ -101,12 +101,9 @@ class LatentDiffusion(BaseModel):
         return losses
 
     def sample_generators(self, indices: torch.Tensor, device: torch.device | str) -> list[torch.Generator]:
-        """One generator per sample index, seeded with (h + index) mod 2**32, h a 32-bit hash of ``sample_seed``:
-        distinct for the indices of one seed (torch's CPU generator keeps 32 bits of a seed), and two seeds' sets
-        overlap only if their hashes lie within the set size of each other."""
-        import numpy as np
-        base = int(np.random.SeedSequence(self.sample_seed).generate_state(1)[0])
-        return [torch.Generator(device).manual_seed((base + int(i)) % 2**32) for i in indices]
+        """One generator per sample index, from ``sample_seed`` and the index alone
+        (:func:`~mmwf.models.diffusion.gaussian_diffusion.index_generators`)."""
+        return index_generators(self.sample_seed, indices, device)
 
     @torch.no_grad()
     def sample(self, labels: torch.Tensor,
