@@ -17,7 +17,7 @@ test_evaluator = None
 max_iters = 500
 train_cfg = dict(max_iters=max_iters, val_interval=max_iters + 1)
 optim_wrapper = dict(optimizer=dict(lr=1e-3))
-custom_hooks = [dict(type='EMAHook', ema_type='ExponentialMovingAverage', momentum=1e-2, update_buffers=True,
+custom_hooks = [dict(type='FlexibleEMAHook', ema_type='ExponentialMovingAverage', momentum=1e-2, update_buffers=True,
                      priority=49),
                 dict(type='NonFiniteLossHook')]
 default_hooks = dict(logger=dict(interval=50), checkpoint=dict(interval=max_iters))

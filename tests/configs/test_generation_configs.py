@@ -26,7 +26,7 @@ def test_dits_recipe_and_one_difference(path):
         k: v for k, v in base.model.items() if k != 'denoiser'}
     assert cfg.optim_wrapper.optimizer == dict(type='AdamW', lr=1e-4, weight_decay=0.0)
     assert cfg.train_dataloader.batch_size * 8 == 256 and cfg.train_cfg.max_iters == 400_000
-    ema = next(h for h in cfg.custom_hooks if h['type'] == 'EMAHook')
+    ema = next(h for h in cfg.custom_hooks if h['type'] == 'FlexibleEMAHook')
     assert ema['momentum'] == pytest.approx(1 - 0.9999)
     assert cfg.model.sampling_steps == '250' and cfg.model.cfg_scale == 1.0
     assert cfg.test_dataloader.dataset.num_samples == 50_000
@@ -90,3 +90,17 @@ def test_mixed_precision_variants_change_the_optimizer_wrapper_only(family, prec
     if not torch.cuda.is_available():
         adapt_to_device(cfg)
         assert cfg.optim_wrapper == row.optim_wrapper
+
+
+@pytest.mark.parametrize('family', ['wf_dit', 'dit'])
+def test_fsdp_variants_change_the_runner_only(family):
+    """*_fsdp: the B/2 row under FlexibleRunner with mmwf's FSDP strategy (whole checkpoints), nothing else changed;
+    the row's EMA hook is the one that runs under FlexibleRunner."""
+    cfg = Config.fromfile(str(ROOT / f'configs/generation/{family}_b_2_in256_fsdp.py'))
+    row = Config.fromfile(str(ROOT / f'configs/generation/{family}_b_2_in256.py'))
+    assert {k for k in set(cfg) | set(row) if cfg.get(k, 'absent') != row.get(k, 'absent')} == {'runner_type',
+                                                                                              'strategy'}
+    assert cfg.runner_type == 'FlexibleRunner'
+    assert cfg.strategy == dict(type='ResumableFSDPStrategy', state_dict_cfg='full',
+                                model_wrapper=dict(use_orig_params=True))
+    assert row.custom_hooks[0]['type'] == 'FlexibleEMAHook'

@@ -1,6 +1,7 @@
 """mmwf's runner pieces under mmengine's FlexibleRunner (the runner of FSDP / DeepSpeed strategies) with a DDP and
 an FSDP strategy on two gloo processes: the same errors for the same bad inputs as under Runner (FSDP's checked
-against the whole tensors, not the shards), and a strict resume."""
+against the whole tensors, not the shards), the same weights and EMA weights as mmengine's Runner and EMAHook, and a
+resume that continues exactly."""
 import json
 import os
 import socket
@@ -35,9 +36,17 @@ def test_flexible_runner_keeps_the_checks(strategy, tmp_path):
                          env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-4000:]
     ranks = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in (0, 1)]
-    assert ranks[0] == ranks[1]
-    seen = ranks[0]
+    seen, runs = ranks[0], ranks[0].pop('weights')
+    assert ranks[1] == seen
     assert seen['train'] == 'ok' and seen['resume'] == 'ok' and seen['resumed iter'] == 4
+    # 4 iterations, EMA momentum 0.5: the same weights and EMA as mmengine's Runner, DDP and EMAHook; resumed at
+    # iteration 3, the same again (AdamW's moments restored)
+    assert runs['reference'].keys() == runs['run'].keys() == runs['resumed'].keys() == {
+        f'{part} linear.{p}' for part in ('state_dict', 'ema_state_dict') for p in ('weight', 'bias')}
+    assert runs['reference']['state_dict linear.bias'] != runs['reference']['ema_state_dict linear.bias']
+    for run in ('run', 'resumed'):
+        for key, value in runs['reference'].items():
+            assert runs[run][key] == pytest.approx(value, rel=1e-6, abs=1e-7), (run, key)
     # the same bad inputs under mmengine's Runner, in this process
     checkpoint = tmp_path / 'run' / 'iter_3.pth'
     other = runner_outcome(make_runner(tmp_path / 'r1', 4, model=ToyModel(3), load_from=str(checkpoint)).train)

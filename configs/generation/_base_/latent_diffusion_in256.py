@@ -30,7 +30,8 @@ test_cfg = dict(type='TestLoop')
 max_iters = 400_000
 train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters + 1)
 optim_wrapper = dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-4, weight_decay=0.0))
-custom_hooks = [dict(type='EMAHook', ema_type='ExponentialMovingAverage', momentum=1e-4, update_buffers=True,
+# mmengine's EMAHook (the same EMA and checkpoint keys) that also runs under FlexibleRunner's DDP / FSDP strategies
+custom_hooks = [dict(type='FlexibleEMAHook', ema_type='ExponentialMovingAverage', momentum=1e-4, update_buffers=True,
                      priority=49),
                 dict(type='NonFiniteLossHook')]
 default_hooks = dict(

@@ -1,4 +1,5 @@
 from .dataset_check import DatasetCheckHook
+from .ema import FlexibleEMAHook
 from .non_finite_loss import NonFiniteLossHook
 from .safe_checkpoint import SafeCheckpointHook
 from .show_predictions import ShowPredictionsHook
@@ -6,5 +7,5 @@ from .strict_load import StrictLoadHook
 from .tf32 import TF32Hook
 from .world_size import WorldSizeHook
 
-__all__ = ['DatasetCheckHook', 'NonFiniteLossHook', 'SafeCheckpointHook', 'ShowPredictionsHook', 'StrictLoadHook',
-           'TF32Hook', 'WorldSizeHook']
+__all__ = ['DatasetCheckHook', 'FlexibleEMAHook', 'NonFiniteLossHook', 'SafeCheckpointHook', 'ShowPredictionsHook',
+           'StrictLoadHook', 'TF32Hook', 'WorldSizeHook']

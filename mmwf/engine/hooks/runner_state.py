@@ -39,3 +39,8 @@ def loaded_file(runner) -> str:
 def accumulative_counts(runner) -> int:
     """Iterations per optimizer step of the runner's built optimizer wrapper."""
     return int(getattr(runner.optim_wrapper, '_accumulative_counts', 1))
+
+
+def auto_scale_lr(runner) -> dict:
+    """The run's ``auto_scale_lr`` settings (``Runner.auto_scale_lr``; ``FlexibleRunner`` keeps them private)."""
+    return getattr(runner, 'auto_scale_lr', None) or getattr(runner, '_auto_scale_lr', None) or {}

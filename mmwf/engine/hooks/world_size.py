@@ -8,7 +8,7 @@ from mmengine.runner.utils import set_random_seed
 from mmwf.engine.world import SEED_RULES, rank_seed
 from mmwf.registry import HOOKS
 
-from .runner_state import accumulative_counts
+from .runner_state import accumulative_counts, auto_scale_lr
 
 
 @HOOKS.register_module()
@@ -49,7 +49,7 @@ class WorldSizeHook(Hook):
         self._check_global_batch(runner)
 
     def _check_global_batch(self, runner) -> None:
-        scaling = runner.auto_scale_lr or {}
+        scaling = auto_scale_lr(runner)
         if 'base_batch_size' not in scaling:
             return
         per_gpu, accumulated = runner.train_dataloader.batch_size, accumulative_counts(runner)
