@@ -6,7 +6,9 @@
 #    gradients, activation memory of WF-T vs DeiT-T at 1024 and 1248;
 # 2. tools/analysis/benchmark.py on CUDA at 224 / 1024 / 1248 (throughput, peak and activation memory);
 # 3. tools/analysis/train_step_benchmark.py: a training step of WF-T vs DeiT-T, the ImageNet recipe's (batch 256 at
-#    224, AMP) and backbone + SimpleFeaturePyramid at 1024 (batch 4, AMP).
+#    224, AMP) and backbone + SimpleFeaturePyramid at 1024 (batch 4, AMP);
+# 4. tools/analysis/generation_benchmark.py: WF-DiT vs DiT training and sampling steps at batch 32;
+# 5. with two GPUs: the generation configs' per-rank seeds, TF32 and DDP under NCCL, one table.
 # mmengine and pytest are installed first when missing: from the wheels in $MMWF_WHEELS if set (offline), else PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,3 +35,22 @@ for spec in "classifier 256 224" "backbone+pyramid 4 1024"; do
     2>&1 | tee -a "$OUT/train_step.txt"
 done
 "$PY" tools/analysis/generation_benchmark.py --device cuda --batch 32 --rounds 5 2>&1 | tee "$OUT/generation.txt"
+# 5. two GPUs (when the machine has them): the per-rank seed rule of the generation configs under NCCL, as
+#    tests/engine/test_world.py checks it on gloo (the other families' configs need mmdet / mmseg / mmpretrain)
+if [ "$("$PY" -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
+  "$PY" -m torch.distributed.run --nproc_per_node 2 -m tests.engine.world_size_run "$OUT/nccl" \
+    configs/generation/wf_dit_s_2_in256.py configs/generation/dit_s_2_in256.py
+  "$PY" - "$OUT/nccl" <<'PYEOF' | tee "$OUT/nccl.txt"
+import json, sys
+ranks = [json.load(open(f'{sys.argv[1]}/rank{r}.json')) for r in (0, 1)]
+print('| config | backend | rank | seed (rule: seed 5 x 2 + rank) | first draw | TF32 in the run | params equal across ranks |')
+print('|---|---|---|---|---|---|---|')
+for config in ranks[0]:
+    same = ranks[0][config]['params'] == ranks[1][config]['params']
+    for rank, seen in enumerate(ranks):
+        row = seen[config]
+        print(f"| {config} | {row['backend']} | {rank} | {row['seed']} | {row['draws'][0]:.6f} | {row['tf32']} | {same} |")
+PYEOF
+else
+  echo "fewer than two GPUs: the NCCL check (5.) skipped" | tee "$OUT/nccl.txt"
+fi
