@@ -18,12 +18,7 @@ from mmengine.model import is_model_wrapper
 
 from mmwf.registry import HOOKS, MODELS
 
-from .runner_state import is_resuming
-
-
-def _fsdp(model):
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    return model if isinstance(model, FSDP) else None
+from .runner_state import fsdp_model, is_resuming
 
 
 @HOOKS.register_module()
@@ -38,7 +33,7 @@ class FlexibleEMAHook(EMAHook):
     @contextlib.contextmanager
     def _whole(self, runner, writeback: bool) -> Iterator[None]:
         """The source model's parameters whole for the block (FSDP: gathered, and written back if asked)."""
-        fsdp = _fsdp(runner.model)
+        fsdp = fsdp_model(runner)
         if fsdp is None:
             yield
             return

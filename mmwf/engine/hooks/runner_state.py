@@ -44,3 +44,9 @@ def accumulative_counts(runner) -> int:
 def auto_scale_lr(runner) -> dict:
     """The run's ``auto_scale_lr`` settings (``Runner.auto_scale_lr``; ``FlexibleRunner`` keeps them private)."""
     return getattr(runner, 'auto_scale_lr', None) or getattr(runner, '_auto_scale_lr', None) or {}
+
+
+def fsdp_model(runner):
+    """The runner's model when FSDP shards it (FlexibleRunner's FSDP strategies), else None."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    return runner.model if isinstance(runner.model, FSDP) else None

@@ -27,7 +27,7 @@ from mmwf.utils.checkpoint import (
     state_dict_mismatch,
 )
 
-from .runner_state import built_datasets, is_resuming, loaded_file, will_load
+from .runner_state import built_datasets, fsdp_model, is_resuming, loaded_file, will_load
 
 PARTIAL_LOAD = 'partial_load'  # the config key of the opt-out
 
@@ -65,14 +65,12 @@ def optimizer_state_mismatch(optimizer, saved: dict, names: dict[int, str],
             ] if wrong else []
 
 
-def fsdp_state(model) -> tuple[dict, bool] | None:
+def fsdp_state(model) -> tuple[dict, bool]:
     """The state dict of a model that FSDP shards, in the layout its strategy saves and loads, and whether that is
-    the whole (unsharded) one, gathered then on every process; None for any other model. A collective call: every
-    process loading the checkpoint makes it."""
+    the whole (unsharded) one, gathered then on every process. A collective call: every process loading the
+    checkpoint makes it."""
     from torch.distributed.fsdp import FullStateDictConfig, StateDictType
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    if not isinstance(model, FSDP):
-        return None
     if FSDP.get_state_dict_type(model).state_dict_type != StateDictType.FULL_STATE_DICT:
         return model.state_dict(), False
     with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT,
@@ -127,16 +125,17 @@ class StrictLoadHook(Hook):
             state = {re.sub(pattern, replacement, k): v for k, v in state.items()}
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         partial = bool(runner.cfg.get(PARTIAL_LOAD, False))
-        sharded, shapes = fsdp_state(runner.model), None
-        if sharded is None:
+        fsdp, own, shapes = fsdp_model(runner), None, None
+        if fsdp is None:
             mismatch = load_checked(model, state)
         else:  # FSDP: compared in the layout it saves; FSDPStrategy loads the state through FSDP after this hook
-            mismatch = state_dict_mismatch(sharded[0], state)
-            if sharded[1]:
-                shapes = {k: tuple(v.shape) for k, v in sharded[0].items()}
-            if 'state_dict' in checkpoint:
-                mis_shaped = {line.split(':')[0] for line in mismatch.shapes}
-                checkpoint['state_dict'] = {k: v for k, v in state.items() if k not in mis_shaped}
+            own, whole = fsdp_state(fsdp)
+            mismatch = state_dict_mismatch(own, state)
+            if whole:
+                shapes = {k: tuple(v.shape) for k, v in own.items()}
+            if 'state_dict' in checkpoint:  # what fits, as load_checked loads it
+                checkpoint['state_dict'] = {k: v for k, v in state.items()
+                                            if k not in own or v.shape == own[k].shape}
         if mismatch and partial:
             runner.logger.warning('\n'.join([f'{PARTIAL_LOAD}=True: loaded only the tensors of {filename} that match '
                                              'the model; left out:', *mismatch_lines(mismatch)]))
@@ -144,7 +143,7 @@ class StrictLoadHook(Hook):
             raise CheckpointMismatchError('\n'.join([
                 f'checkpoint {filename!r} does not match the model of this config ({type(model).__name__}); the run '
                 'stops before the first batch.', *mismatch_lines(mismatch),
-                *_hints(set(model.state_dict() if sharded is None else sharded[0]), set(state)),
+                *_hints(set(model.state_dict() if own is None else own), set(state)),
                 'Use the checkpoint this config trained. To load only the matching tensors on purpose (fine-tuning '
                 f'with another head), set {PARTIAL_LOAD}=True (--cfg-options {PARTIAL_LOAD}=True).']))
         resuming = is_resuming(runner)
