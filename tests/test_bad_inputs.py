@@ -273,7 +273,7 @@ def generation_metric_missing_samples(tmp: Path) -> Callable:
 
     from mmwf.evaluation import GenerationMetric
     np.savez(tmp / 'ref.npz', mu=np.zeros(3), sigma=np.eye(3))
-    metric = GenerationMetric(str(tmp / 'ref.npz'), extractor=lambda x: (x.float().mean((2, 3)),) * 2, is_splits=1)
+    metric = GenerationMetric(str(tmp / 'ref.npz'), extractor=lambda x: (x.float().mean((2, 3)),) * 2)
     metric.dataset_meta = dict(num_samples=10)
     metric.process({}, [dict(fake_img=torch.full((3, 2, 2), i, dtype=torch.uint8), index=i) for i in range(9)])
     return lambda: metric.evaluate(10)

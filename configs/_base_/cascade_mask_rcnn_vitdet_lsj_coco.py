@@ -6,6 +6,8 @@
 _base_ = ['mmdet::_base_/models/cascade-mask-rcnn_r50_fpn.py', 'mmdet::common/lsj-100e_coco-instance.py',
           './mmwf_runtime.py']
 
+# the Cascade RoI head extends mmdet's: its module registers it
+custom_imports = dict(imports=[*_base_.custom_imports.imports, 'mmwf.models.roi_heads'], allow_failed_imports=False)
 image_size = (1024, 1024)
 norm_cfg = dict(type='LayerNorm2d', eps=1e-6, requires_grad=True)
 # box-delta stds: the inverse of detectron2's Box2BoxTransform weights (10, 10, 5, 5), (20, 20, 10, 10), (30, 30, 15, 15)

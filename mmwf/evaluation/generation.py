@@ -1,8 +1,9 @@
 """FID and Inception Score of generated images, with the Inception-v3 weights of the TensorFlow FID
 (``pt_inception-2015-12-05-6726825d.pth``, pytorch-fid's port) read from a local file.
 
-Features are the 2048-wide pool3 activations, logits the 1008-way classifier (IS); images are uint8 (B, 3, H, W),
-resized bilinearly to 299 x 299 as pytorch-fid does. Statistics files are ``.npz`` with ``mu`` (2048,) and
+Features are the 2048-wide pool3 activations; the Inception Score's logits are pool3 times the 1008-way
+classifier's weight, without its bias, as ADM's evaluator takes them; images are uint8 (B, 3, H, W), resized
+bilinearly to 299 x 299 as pytorch-fid does. Statistics files are ``.npz`` with ``mu`` (2048,) and
 ``sigma`` (2048, 2048): written by tools/generation/fid_stats.py, or ADM's reference batches
 (``VIRTUAL_imagenet256_labeled.npz``), which hold the same keys.
 """
@@ -25,26 +26,26 @@ INCEPTION_URL = f'https://github.com/mseitzer/pytorch-fid/releases/download/fid_
 
 
 def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma2: np.ndarray) -> float:
-    """||mu1 - mu2||^2 + tr(S1 + S2 - 2 (S1 S2)^(1/2)), the Fréchet distance of two Gaussians, in float64 (the
-    matrix square root by scipy, its imaginary rounding dropped; a singular product is offset by 1e-6 I, as
-    pytorch-fid does)."""
-    from scipy import linalg
+    """||mu1 - mu2||^2 + tr(S1 + S2 - 2 (S1 S2)^(1/2)), the Fréchet distance of two Gaussians, computed by pytorch-fid's
+    ``calculate_frechet_distance`` in float64 (the formula of ADM's evaluator too): a product whose square root is not
+    finite is retried with 1e-6 I added to both covariances, and an imaginary part above 1e-3 on the square root's
+    diagonal is an error, not a number."""
+    from pytorch_fid.fid_score import calculate_frechet_distance
     mu1, mu2 = np.atleast_1d(mu1).astype(np.float64), np.atleast_1d(mu2).astype(np.float64)
     sigma1, sigma2 = np.atleast_2d(sigma1).astype(np.float64), np.atleast_2d(sigma2).astype(np.float64)
     if mu1.shape != mu2.shape or sigma1.shape != sigma2.shape:
         raise ValueError(f'statistics of different sizes: {mu1.shape} / {sigma1.shape} vs {mu2.shape} / {sigma2.shape}')
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always', linalg.LinAlgWarning)
-        covmean = linalg.sqrtm(sigma1 @ sigma2)
-    if caught or not np.isfinite(covmean).all():
-        warnings.warn(f'the covariance product is singular (fewer samples than the {len(sigma1)} feature dimensions?): '
-                      'its square root is taken with 1e-6 I added to both covariances; an FID needs many more samples '
-                      'than dimensions (FID-50K: 50,000)', stacklevel=2)
-        offset = np.eye(len(sigma1)) * 1e-6
-        covmean = linalg.sqrtm((sigma1 + offset) @ (sigma2 + offset))
-    covmean = np.real(covmean)
-    diff = mu1 - mu2
-    return float(diff @ diff + np.trace(sigma1) + np.trace(sigma2) - 2 * np.trace(covmean))
+    try:
+        with warnings.catch_warnings():  # pytorch-fid's own call of scipy's sqrtm(disp=False), not the user's
+            warnings.filterwarnings('ignore', 'The `disp` argument is deprecated', DeprecationWarning)
+            return float(calculate_frechet_distance(mu1, sigma1, mu2, sigma2))
+    except ValueError as err:
+        if 'Imaginary component' not in str(err):
+            raise
+        raise ValueError(f'no Fréchet distance: the square root of the covariance product has an imaginary part '
+                         f'({err}), as pytorch-fid and ADM refuse it; the covariances are too ill-conditioned, most '
+                         f'often from fewer samples than the {len(sigma1)} feature dimensions (FID-50K uses 50,000)'
+                         ) from None
 
 
 def feature_statistics(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -53,21 +54,21 @@ def feature_statistics(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return moment_statistics(moment_sums(torch.as_tensor(np.asarray(features))))
 
 
-def inception_score(logits: np.ndarray, splits: int = 10) -> tuple[float, float]:
-    """exp(E_x KL(p(y|x) || p(y))) over ``splits`` equal parts (``np.array_split``) of softmax(logits) (N, K):
-    (mean, std) over parts."""
+def inception_score(logits: np.ndarray, split_size: int = 5000) -> tuple[float, float]:
+    """exp(E_x KL(p(y|x) || p(y))) on consecutive parts of ``split_size`` samples of softmax(logits) (N, K), the
+    last part shorter, as ADM's evaluator computes it: (mean, std) over parts (ADM reports the mean)."""
     logits = torch.as_tensor(np.asarray(logits))
-    parts = torch.as_tensor(array_split_part(np.arange(len(logits)), len(logits), splits))
-    return inception_score_of_sums(inception_part_sums(logits, parts, splits))
+    parts = torch.as_tensor(np.arange(len(logits)) // split_size)
+    return inception_score_of_sums(inception_part_sums(logits, parts, -(-len(logits) // split_size)))
 
 
-def inception_part_sums(logits: torch.Tensor, parts: torch.Tensor, splits: int) -> dict[str, torch.Tensor]:
-    """What the Inception Score needs per part, summable over batches and processes: ``part_probs`` (splits, K),
-    the sum of p(y|x); ``part_neg_entropy`` (splits,), the sum of sum_y p log p; ``part_count``."""
+def inception_part_sums(logits: torch.Tensor, parts: torch.Tensor, num_parts: int) -> dict[str, torch.Tensor]:
+    """What the Inception Score needs per part, summable over batches and processes: ``part_probs`` (num_parts, K),
+    the sum of p(y|x); ``part_neg_entropy`` (num_parts,), the sum of sum_y p log p; ``part_count``."""
     probs = torch.softmax(logits.detach().double().cpu(), dim=1)
     neg_entropy = (probs * torch.log(probs.clamp_min(1e-30))).sum(1)
-    zeros = torch.zeros(splits, dtype=torch.float64)
-    return dict(part_probs=torch.zeros(splits, probs.shape[1], dtype=torch.float64).index_add_(0, parts, probs),
+    zeros = torch.zeros(num_parts, dtype=torch.float64)
+    return dict(part_probs=torch.zeros(num_parts, probs.shape[1], dtype=torch.float64).index_add_(0, parts, probs),
                 part_neg_entropy=zeros.clone().index_add_(0, parts, neg_entropy),
                 part_count=zeros.clone().index_add_(0, parts, torch.ones(len(probs), dtype=torch.float64)))
 
@@ -81,7 +82,8 @@ def inception_score_of_sums(sums: dict[str, torch.Tensor]) -> tuple[float, float
 
 
 class FIDInception(nn.Module):
-    """The FID Inception-v3 (pytorch-fid's blocks) up to pool3 and its 1008-way classifier.
+    """The FID Inception-v3 up to pool3 (pytorch-fid's ``InceptionV3`` feature for feature: its resize,
+    normalisation and FID blocks) and the weight of its 1008-way classifier.
 
     Args:
         weights (str, optional): the local ``pt_inception-2015-12-05-6726825d.pth``. None builds random weights
@@ -111,13 +113,14 @@ class FIDInception(nn.Module):
 
     @torch.no_grad()
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """uint8 images (B, 3, H, W) -> pool3 features (B, 2048) and logits (B, 1008)."""
+        """uint8 images (B, 3, H, W) -> pool3 features (B, 2048) and the Inception Score's logits (B, 1008):
+        features times the classifier's weight, no bias (ADM's evaluator)."""
         x = F.interpolate(images.float() / 255, size=(299, 299), mode='bilinear', align_corners=False)
         x = 2 * x - 1
         for name in self.blocks:
             x = getattr(self.net, name)(x)
         features = F.adaptive_avg_pool2d(x, 1).flatten(1)
-        return features, self.net.fc(features)
+        return features, features @ self.net.fc.weight.T
 
 
 def load_statistics(path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -163,14 +166,6 @@ def moment_statistics(sums: dict[str, torch.Tensor]) -> tuple[np.ndarray, np.nda
     return mu, (sums['outer_sum'].numpy() - n * np.outer(mu, mu)) / (n - 1)
 
 
-def array_split_part(index: np.ndarray, total: int, parts: int) -> np.ndarray:
-    """The part of ``np.array_split(range(total), parts)`` each index falls in (the first ``total % parts`` parts
-    are one longer)."""
-    size, longer = divmod(total, parts)
-    edge = longer * (size + 1)
-    return np.where(index < edge, index // (size + 1), longer + (index - edge) // max(size, 1))
-
-
 @METRICS.register_module()
 class GenerationMetric(BaseMetric):
     """FID against reference statistics and Inception Score of the samples of a generation config's test run.
@@ -188,7 +183,8 @@ class GenerationMetric(BaseMetric):
         inception (str, optional): the local FID Inception weights. Defaults to None: ``extractor`` must be given.
         extractor (Callable, optional): images -> (features, logits), instead of the Inception (e.g. the demo's
             classifier; then the distance is not FID and is reported under ``prefix``). Defaults to None.
-        is_splits (int): Inception Score parts (``np.array_split`` of the samples in index order). Defaults to 10.
+        is_split_size (int): samples per Inception Score part (consecutive indices; the last part takes the rest),
+            ADM's evaluator's. Defaults to 5000.
         collect_device (str): Defaults to ``'cpu'``.
         prefix (str, optional): metric prefix. Defaults to None.
     """
@@ -196,11 +192,11 @@ class GenerationMetric(BaseMetric):
     default_prefix = 'gen'
 
     def __init__(self, reference: str, inception: str | None = None, extractor: Callable | None = None,
-                 is_splits: int = 10, collect_device: str = 'cpu', prefix: str | None = None) -> None:
+                 is_split_size: int = 5000, collect_device: str = 'cpu', prefix: str | None = None) -> None:
         super().__init__(collect_device=collect_device, prefix=prefix)
         if (inception is None) == (extractor is None):
             raise ValueError('give the FID Inception weights (inception=PATH) or an extractor, not both')
-        self.reference, self.is_splits = load_statistics(reference), is_splits
+        self.reference, self.is_split_size = load_statistics(reference), is_split_size
         self.extractor = extractor or FIDInception(inception)
         self.sums: dict[str, torch.Tensor] = {}
 
@@ -223,10 +219,10 @@ class GenerationMetric(BaseMetric):
             module.to(images.device)
         with torch.no_grad():
             features, logits = self.extractor(images)
-        parts = torch.as_tensor(array_split_part(np.array([int(s['index']) for s in kept]), self.num_samples(),
-                                                 self.is_splits))
+        parts = torch.tensor([int(s['index']) for s in kept]) // self.is_split_size
+        num_parts = -(-self.num_samples() // self.is_split_size)
         self.sums = add_sums(self.sums, dict(moment_sums(features),
-                                             **inception_part_sums(logits, parts, self.is_splits)))
+                                             **inception_part_sums(logits, parts, num_parts)))
 
     def evaluate(self, size: int) -> dict[str, float]:
         """The sums of every process added (``all_reduce``), then the scores, computed by the first process (the

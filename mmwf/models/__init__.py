@@ -1,18 +1,7 @@
-import warnings
-from importlib.util import find_spec
-
-from mmwf.utils.stack import FIX
-
+"""mmwf's models. ``mmwf.models.roi_heads`` (:class:`ViTDetCascadeRoIHead`) extends mmdet's heads and so imports
+mmdet: it registers when imported, as the Cascade configs do (``custom_imports``); nothing else in mmwf imports
+mmdet."""
 from . import backbones, diffusion, distillers, initializers, layers, necks
 from .transfer import transfer_softmax_weights
 
 __all__ = ['backbones', 'diffusion', 'distillers', 'initializers', 'layers', 'necks', 'transfer_softmax_weights']
-
-if find_spec('mmdet') is not None:  # the RoI heads extend mmdet's; the rest of mmwf needs no mmdet
-    try:
-        from . import roi_heads  # noqa: F401
-    except Exception as err:  # mmdet's own import checks failed (e.g. its mmcv version assertion)
-        warnings.warn(f'mmwf: the RoI heads are unavailable because importing mmdet failed ({type(err).__name__}: '
-                      f'{err}). {FIX}', stacklevel=2)
-    else:
-        __all__.append('roi_heads')

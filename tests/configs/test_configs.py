@@ -57,7 +57,9 @@ def test_the_six_paper_configs_exist():
 def test_config_builds(path):
     cfg, model = build(path)
     assert type(task_model(model).backbone).__name__ == task_model(cfg.model).backbone.type
-    assert cfg.custom_imports == dict(imports=['mmwf'], allow_failed_imports=False)
+    cascade = task_model(cfg.model).get('roi_head', {}).get('type') == 'ViTDetCascadeRoIHead'
+    assert cfg.custom_imports == dict(imports=['mmwf'] + ['mmwf.models.roi_heads'] * cascade,
+                                      allow_failed_imports=False)
 
 
 OTHERS = sorted(glob(str(ROOT / 'configs/imagenet/*.py')) + glob(str(ROOT / 'configs/generation/*.py')) +

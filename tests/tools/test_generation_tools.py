@@ -104,7 +104,7 @@ train_dataloader = dict(batch_size=4, num_workers=0, persistent_workers=False,
                         dataset=dict(_delete_=True, type='ClassFolderImages', root='{workspace / 'demo/cls/train'}',
                                      size=32))
 test_dataloader = dict(batch_size=3, dataset=dict(num_samples=7, num_classes=3))
-test_evaluator = dict(reference='{tmp_path / 'ref.npz'}', inception='{workspace / 'inception.pth'}', is_splits=2)
+test_evaluator = dict(reference='{tmp_path / 'ref.npz'}', inception='{workspace / 'inception.pth'}', is_split_size=4)
 train_cfg = dict(max_iters=2)
 default_hooks = dict(checkpoint=dict(interval=2))
 env_cfg = dict(dist_cfg=dict(backend='gloo'))

@@ -110,8 +110,6 @@ class DiffusionTransformer(BaseModule):
         init_cfg (dict, optional): mmengine init config. Defaults to None.
     """
 
-    zero_patch_bias = False  # the WeightFormer release zeroes the patch embedding's bias; DiT leaves its default
-
     def __init__(self, input_size: int, patch_size: int, in_channels: int, hidden_size: int,
                  class_dropout_prob: float, num_classes: int, learn_sigma: bool, with_cp: bool = False,
                  init_cfg: dict | None = None) -> None:
@@ -130,8 +128,9 @@ class DiffusionTransformer(BaseModule):
         self.final_layer = FinalLayer(hidden_size, patch_size, self.out_channels)
 
     def initialize_weights(self) -> None:
-        """DiT's init: xavier-uniform on every nn.Linear (zero bias), the sin-cos table, the patch conv as a
-        Linear, normal(0.02) label table and timestep MLP weights, zero adaLN and output layers."""
+        """DiT's ``initialize_weights`` (the release's for WF-DiT is the same): xavier-uniform on every nn.Linear
+        (zero bias), the sin-cos table, the patch conv as a Linear with a zero bias, normal(0.02) label table and
+        timestep MLP weights, zero adaLN and output layers."""
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.xavier_uniform_(m.weight)
@@ -140,8 +139,7 @@ class DiffusionTransformer(BaseModule):
         self.pos_embed.data.copy_(sincos_pos_embed_2d(self.hidden_size, self.grid).unsqueeze(0))
         w = self.x_embedder.proj.weight.data
         nn.init.xavier_uniform_(w.view(w.shape[0], -1))
-        if self.zero_patch_bias:
-            nn.init.zeros_(self.x_embedder.proj.bias)
+        nn.init.zeros_(self.x_embedder.proj.bias)
         nn.init.normal_(self.y_embedder.embedding_table.weight, std=0.02)
         nn.init.normal_(self.t_embedder.mlp[0].weight, std=0.02)
         nn.init.normal_(self.t_embedder.mlp[2].weight, std=0.02)

@@ -15,6 +15,7 @@ from mmengine.model import BaseDataPreprocessor, BaseModel
 from mmwf.registry import MODELS
 
 from .gaussian_diffusion import GaussianDiffusion, index_generators, randn
+from .schedulers import build_scheduler, scheduler_sample_loop
 from .vae import LATENT_SCALE, FrozenVAE
 
 
@@ -52,6 +53,13 @@ class LatentDiffusion(BaseModel):
         sampling_steps (int | str): respacing for sampling (:func:`~mmwf.models.diffusion.space_timesteps`). Defaults
             to ``'250'`` (DiT's FID runs).
         cfg_scale (float): classifier-free guidance at sampling; 1.0 is none (Table 7). Defaults to 1.0.
+        scheduler (dict, optional): sample with a diffusers scheduler instead of IDDPM's ancestral sampler: ``type``
+            its class name, the rest its arguments; the training schedule (``num_timesteps``, linear betas) is
+            the model's (:func:`~mmwf.models.diffusion.schedulers.build_scheduler`). ``dict(type='DDPMScheduler',
+            variance_type='learned_range', clip_sample=False)`` is IDDPM's update on the same steps in a float32
+            schedule; DDIM / DPM-Solver (``'DDIMScheduler'``, ``'DPMSolverMultistepScheduler'``) sample in fewer
+            steps from the noise prediction alone, not Table 7's protocol. Training is unchanged (the hybrid loss).
+            Defaults to None.
         sample_seed (int): the noise of sample i (its index in the test set, or its position among the samples this
             model drew) comes from a generator seeded with ``sample_seed`` and i alone (:meth:`sample_generators`), so a
             sample set is the same for any batch size and number of processes. Defaults to 0.
@@ -61,13 +69,15 @@ class LatentDiffusion(BaseModel):
 
     def __init__(self, denoiser: dict, vae_path: str | None = None, latent_scale: float = LATENT_SCALE,
                  num_timesteps: int = 1000, sampling_steps: int | str = '250', cfg_scale: float = 1.0,
-                 sample_seed: int = 0, data_preprocessor: dict | None = None, init_cfg: dict | None = None) -> None:
+                 scheduler: dict | None = None, sample_seed: int = 0, data_preprocessor: dict | None = None,
+                 init_cfg: dict | None = None) -> None:
         super().__init__(data_preprocessor=data_preprocessor or dict(type='GenerationDataPreprocessor'),
                          init_cfg=init_cfg)
         self.denoiser = MODELS.build(denoiser)
         self.vae = FrozenVAE(vae_path, latent_scale) if vae_path else None
         self.diffusion = GaussianDiffusion(num_timesteps=num_timesteps, learn_sigma=self.denoiser.learn_sigma)
         self.sampler = self.diffusion.respaced(sampling_steps)
+        self.scheduler = build_scheduler(scheduler, self.diffusion.betas) if scheduler else None
         if cfg_scale < 1.0:
             raise ValueError(f'cfg_scale {cfg_scale} < 1: 1.0 samples without guidance, > 1 with it')
         self.cfg_scale, self.sample_seed, self.num_sampled = cfg_scale, sample_seed, 0
@@ -109,17 +119,25 @@ class LatentDiffusion(BaseModel):
     def sample(self, labels: torch.Tensor,
                generator: torch.Generator | list[torch.Generator] | None = None) -> torch.Tensor:
         """Samples of ``labels`` (B,) as diffusion data (latents, or pixels without a VAE), (B, C, s, s); the noise
-        from ``generator`` (one, or one per sample: :func:`~mmwf.models.diffusion.gaussian_diffusion.randn`)."""
+        from ``generator`` (one, or one per sample: :func:`~mmwf.models.diffusion.gaussian_diffusion.randn`); the
+        denoiser runs in eval mode (no label dropout) and is left in the mode it had."""
         d = self.denoiser
-        shape = (len(labels), d.in_channels, d.input_size, d.input_size)
-        z = randn(shape, generator, labels.device)
+        z = randn((len(labels), d.in_channels, d.input_size, d.input_size), generator, labels.device)
         if self.cfg_scale == 1.0:
-            return self.sampler.p_sample_loop(lambda x, t: d(x, t, labels), z, generator)
-        null = torch.full_like(labels, d.num_classes)
-        both = torch.cat([labels, null])
-        x = self.sampler.p_sample_loop(lambda x, t: d.forward_with_cfg(x, t, both, self.cfg_scale),
-                                       torch.cat([z, z]), generator)
-        return x[:len(labels)]
+            def model(x, t):
+                return d(x, t, labels)
+        else:  # the conditional and unconditional halves in one batch; the samples follow the conditional half
+            both = torch.cat([labels, torch.full_like(labels, d.num_classes)])
+
+            def model(x, t):
+                return d.forward_with_cfg(torch.cat([x, x]), torch.cat([t, t]), both, self.cfg_scale)[:len(x)]
+        training, _ = d.training, d.eval()  # no label dropout while sampling, even from a model in training mode
+        try:
+            if self.scheduler is None:
+                return self.sampler.p_sample_loop(model, z, generator)
+            return scheduler_sample_loop(self.scheduler, model, z, self.sampler.timestep_map.tolist(), generator)
+        finally:
+            d.train(training)
 
     def to_images(self, x: torch.Tensor) -> torch.Tensor:
         """Diffusion data -> uint8 images (B, 3, H, W): decoded by the VAE, then clamp(127.5 x + 128)."""

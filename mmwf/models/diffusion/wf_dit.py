@@ -72,8 +72,6 @@ class WeightFormerDiT(DiffusionTransformer):
         init_cfg (dict, optional): mmengine init config. Defaults to None.
     """
 
-    zero_patch_bias = True
-
     def __init__(self, arch: str | dict = 'S', patch_size: int = 2, input_size: int = 32, in_channels: int = 4,
                  mlp_ratio: float = 4.0, dynamic_blocks: dict | Sequence[int] = dict(every=3, offset=1),
                  class_dropout_prob: float = 0.1, num_classes: int = 1000, learn_sigma: bool = True,

@@ -125,6 +125,76 @@ def test_fixed_embeddings_are_their_formulas():
     assert torch.equal(WeightFormerDiT(SMALL_WF, input_size=8).pos_embed[0], sincos_pos_embed_2d(32, 4))
 
 
+def initialize_weights_rules(names, family):
+    """The rule each tensor gets from DiT's ``initialize_weights`` (facebookresearch/DiT ``models.py``) and, for
+    WF-DiT, the release's (``model/wfm_dit.py``: the same function after its dynamic layers' own init), by name."""
+    rules = {'x_embedder.proj.weight': 'xavier', 'x_embedder.proj.bias': 'zero', 'pos_embed': 'sincos',
+             'y_embedder.embedding_table.weight': 'normal', 't_embedder.mlp.0.weight': 'normal',
+             't_embedder.mlp.0.bias': 'zero', 't_embedder.mlp.2.weight': 'normal', 't_embedder.mlp.2.bias': 'zero',
+             'final_layer.linear.weight': 'zero', 'final_layer.linear.bias': 'zero',
+             'final_layer.adaLN_modulation.1.weight': 'zero', 'final_layer.adaLN_modulation.1.bias': 'zero'}
+    for name in names:
+        block = re.match(r'blocks\.\d+\.(.*)', name)
+        if block is None:
+            continue
+        key = block[1]
+        if key.startswith('adaLN_modulation.1.'):
+            rules[name] = 'zero'  # adaLN-Zero
+        elif family == 'dit':  # timm's Attention and Mlp: nn.Linear everywhere
+            rules[name] = 'xavier' if key.endswith('weight') else 'zero'
+        elif key in ('linear1.weight', 'linear1.wfm.weight', 'linear2.weight'):  # nn.Linear in the release
+            rules[name] = 'xavier'
+        elif key in ('linear1.bias', 'linear1.wfm.bias', 'linear2.bias'):
+            rules[name] = 'zero'
+        elif key in ('linear1.w', 'linear1.b', 'linear1.w1', 'linear1.w2', 'dwc.w', 'dwc.b'):
+            rules[name] = 'trunc_normal'  # DynLinear / DynCnn: trunc_normal_(std=0.02), untouched after
+        else:  # dwc.weight / dwc.bias, dwc.wfm.*: nn.Conv2d, left at PyTorch's default
+            rules[name] = 'conv_default'
+    return rules
+
+
+def mae_sincos_table(dim, grid):
+    """MAE's get_2d_sincos_pos_embed in numpy: [emb(columns), emb(rows)], emb(p) = [sin(p w), cos(p w)]."""
+    import numpy as np
+    omega = 1.0 / 10000 ** (np.arange(dim // 4, dtype=np.float64) / (dim / 4))
+    cols, rows = np.meshgrid(np.arange(grid, dtype=np.float32), np.arange(grid, dtype=np.float32))
+
+    def emb(pos):
+        out = np.einsum('m,d->md', pos.reshape(-1), omega)
+        return np.concatenate([np.sin(out), np.cos(out)], axis=1)
+    return torch.from_numpy(np.concatenate([emb(cols), emb(rows)], axis=1)).float()
+
+
+@pytest.mark.parametrize('family', ['dit', 'wf-dit'])
+def test_initialisation_is_dits_initialize_weights(family):
+    """Every tensor as DiT's (and the release's) initialize_weights leaves it, checked by its distribution, which
+    holds for any seed: zeros, Xavier-uniform (|w| <= sqrt(6 / (fan_in + fan_out)), std = that bound / sqrt(3)),
+    normal / truncated normal with std 0.02 (within four standard errors), PyTorch's conv default
+    (|w| <= 1 / sqrt(fan_in)), the sin-cos table."""
+    torch.manual_seed(3)
+    model = (DiT(dict(hidden_size=64, depth=2, num_heads=2), input_size=8) if family == 'dit'
+             else WeightFormerDiT(dict(hidden_size=64, depth=3), input_size=8))
+    state = model.state_dict()
+    rules = initialize_weights_rules(state, family)
+    assert set(rules) == set(state)
+    for name, tensor in state.items():
+        rule, flat = rules[name], tensor.reshape(tensor.shape[0], -1) if tensor.dim() > 1 else tensor
+        if rule == 'zero':
+            assert torch.count_nonzero(tensor) == 0, name
+        elif rule == 'xavier':
+            bound = math.sqrt(6 / (flat.shape[0] + flat.shape[1]))
+            assert flat.abs().max() <= bound and flat.abs().max() > 0.9 * bound, name
+            assert flat.std().item() == pytest.approx(bound / math.sqrt(3), rel=2 / tensor.numel() ** 0.5), name
+        elif rule in ('normal', 'trunc_normal'):  # within four standard errors
+            assert tensor.std().item() == pytest.approx(0.02, rel=3 / tensor.numel() ** 0.5), name
+            assert tensor.mean().abs() < 0.08 / tensor.numel() ** 0.5, name
+        elif rule == 'conv_default':  # kaiming_uniform(a=sqrt(5)) and its bias: both within 1 / sqrt(fan_in)
+            fan_in = state[name.replace('.bias', '.weight')][0].numel()
+            assert tensor.abs().max() <= 1 / math.sqrt(fan_in) and tensor.std() > 0.3 / math.sqrt(fan_in), name
+        else:
+            assert torch.equal(tensor[0], mae_sincos_table(64, 4)), name
+
+
 @pytest.mark.parametrize('build', [lambda: WeightFormerDiT(SMALL_WF, input_size=8),
                                    lambda: DiT(dict(hidden_size=32, depth=2, num_heads=2), input_size=8)],
                          ids=['wf-dit', 'dit'])
@@ -132,7 +202,6 @@ def test_adaln_zero_init_outputs_zero_and_guidance_combines_the_halves(build):
     model = build().eval()
     x, t = torch.randn(2, 4, 8, 8), torch.tensor([10, 10])
     assert torch.equal(model(x, t, torch.tensor([1, 2])), torch.zeros(2, 8, 8, 8))
-    assert model.x_embedder.proj.bias.abs().sum() == 0 if isinstance(model, WeightFormerDiT) else True
     model = perturbed(model)
     both = torch.cat([x[:1], x[:1]])
     labels = torch.tensor([3, model.num_classes])
