@@ -5,15 +5,16 @@ WeightFormer-T demo and the UperNet WeightFormer-T demo from scratch, print box 
     python tools/demo.py --tasks seg --max-iters 20 --work-dir /tmp/demo
     python tools/demo.py --tasks distill-seg  # DeiT-T ReLU student distilled from softmax DeiT-T in UperNet
     python tools/demo.py --tasks cls distill-cls  # ImageNet-style classification: WeightFormer-T; DeiT-T ReLU student
-    python tools/demo.py --tasks gen          # class-conditional generation: WF-DiT and DiT in pixel space, 32 x 32
+    python tools/demo.py --tasks gen          # class-conditional generation: WF-DiT and DiT in pixel space, 16 x 16
 
 The ``distill-*`` tasks also print ``loss_distill`` at the first and the last logged iteration. Every task draws the
 ground truth and the prediction of the first four validation images (``tools/test.py --show-dir``) into
 ``WORK_DIR/TASK/pictures/`` and prints their paths. ``gen`` trains the WF-DiT demo and its DiT baseline the same
-way, samples 16 images per class from each (EMA weights), and prints the share that a small WeightFormer classifier
-trained on the real images assigns to the conditioning class (and its share on real validation images) and the
-Fréchet distance of samples and real images in that classifier's features (not FID); ``WORK_DIR/gen/samples.png``
-shows 8 samples per class of each model.
+way, samples ``--samples-per-class`` images per class from each (EMA weights), and prints the share that a small
+WeightFormer classifier, trained on the real images with their colour channels shuffled (so that it reads shapes, not
+colours), assigns to the conditioning class, with its 95 % interval (and its share on real validation images), and
+the Fréchet distance of samples and training images in that classifier's features (not FID; only with at least twice
+as many samples as features); ``WORK_DIR/gen/samples.png`` shows 8 samples per class of each model.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ TASKS = {
     'gen': ('configs/demo/wf_dit_gen_demo.py', ()),  # and its DiT baseline, GENERATORS
 }
 GENERATORS = {'WF-DiT': 'configs/demo/wf_dit_gen_demo.py', 'DiT': 'configs/demo/dit_gen_demo.py'}
-DATA = {'det': 'coco/', 'seg': 'ade', 'cls': 'cls', 'gen': 'cls'}  # demo data folder of each task kind
+DATA = {'det': 'coco/', 'seg': 'ade', 'cls': 'cls', 'gen': 'gen'}  # demo data folder of each task kind
 DEFAULT_TASKS = ('det', 'seg')
 PICTURES = 4  # validation images drawn per task
 
@@ -69,7 +70,7 @@ def generation_demo(args) -> str:
     from mmwf.analysis.generation import classifier_measures, load_class_folder, save_grid, train_classifier
     from mmwf.registry import MODELS
     from mmwf.utils.checkpoint import load_state_dict_file, load_strict
-    work_dir, root = osp.join(args.work_dir, 'gen'), osp.join(args.data_root, 'cls')
+    work_dir, root = osp.join(args.work_dir, 'gen'), osp.join(args.data_root, 'gen')
     os.makedirs(work_dir, exist_ok=True)
     start, checkpoints = time.time(), {}
     for name, config in GENERATORS.items():
@@ -89,7 +90,7 @@ def generation_demo(args) -> str:
     classes = sorted(os.listdir(osp.join(root, 'train')))
     print(f'[gen] training the demo classifier on {len(train_images)} real images', flush=True)
     classifier = train_classifier(train_images, train_labels, len(classes))
-    labels = torch.arange(len(classes)).repeat_interleave(16)
+    labels = torch.arange(len(classes)).repeat_interleave(args.samples_per_class)
     rows, titles, parts = [], [], []
     init_default_scope('mmengine')
     for name, config in GENERATORS.items():
@@ -99,9 +100,12 @@ def generation_demo(args) -> str:
         load_strict(model, load_state_dict_file(checkpoints[name]), checkpoints[name])  # its state_dict: EMA weights
         model.eval()
         samples = torch.cat([s['fake_img'][None] for s in model.predict(labels)])
-        m = classifier_measures(classifier, samples, labels, real, real_labels)
-        parts.append(f'{name} samples {m["samples_correct"]:.3f} of their class, Fréchet (classifier features) '
-                     f'{m["frechet"]:.3f}')
+        m = classifier_measures(classifier, samples, labels, real, real_labels, train_images)
+        low, high = m['samples_interval']
+        distance = ('' if m['frechet'] is None else
+                    f', Fréchet distance to the training images in the classifier\'s features {m["frechet"]:.2f}')
+        parts.append(f'{name} samples {m["samples_correct"]:.3f} of their class (95 % {low:.3f}-{high:.3f}, '
+                     f'{len(samples)} samples){distance}')
         real_share = m['real_correct']
         rows += [samples[labels == c][:8] for c in range(len(classes))]
         titles += [f'{name} {c}' for c in classes]
@@ -119,6 +123,7 @@ def main() -> None:
     parser.add_argument('--work-dir', default=osp.join(ROOT, 'work_dirs', 'demo'))
     parser.add_argument('--data-root', default=osp.join(ROOT, 'data', 'demo'))
     parser.add_argument('--max-iters', type=int, help='shorter schedule (for tests)')
+    parser.add_argument('--samples-per-class', type=int, default=50, help='gen: samples of each class and model')
     parser.add_argument('--cfg-options', nargs='+', default=[], help='extra k=v overrides for every task')
     parser.add_argument('--num-images', type=int, nargs=2, default=(160, 40), metavar=('TRAIN', 'VAL'),
                         help='demo data size when it has to be generated')
@@ -131,7 +136,7 @@ def main() -> None:
 
     softmax = osp.join(args.data_root, 'checkpoints', 'deit_t_softmax.pth')
     expected = [osp.join(args.data_root, 'coco', 'annotations', 'instances_train.json'),
-                osp.join(args.data_root, 'cls', 'val', 'triangle')]
+                osp.join(args.data_root, 'cls', 'val', 'triangle'), osp.join(args.data_root, 'gen', 'val', 'triangle')]
     if not all(osp.exists(f) for f in expected):
         print(f'generating demo data in {args.data_root}', flush=True)
         generate(args.data_root, train=args.num_images[0], val=args.num_images[1])

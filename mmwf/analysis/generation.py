@@ -1,7 +1,8 @@
 """The generation demo's measures (tools/demo.py --tasks gen): a small WeightFormer classifier trained on the real
-demo images, the share of samples it assigns to their conditioning class, and the Fréchet distance between samples
-and real images in its feature space (a demo measure, not FID: not Inception features, a few dozen images), and
-a grid of samples per class as a PNG."""
+demo images with their colour channels shuffled (each class of the demo data has its own colour; shuffled, colour
+tells nothing and the classifier must read the shape), the share of samples it assigns to their conditioning class
+with its 95 % (Wilson) interval, the Fréchet distance between samples and real images in its feature space where
+there are at least twice as many samples as features (a demo measure, not FID), and a grid of samples as a PNG."""
 from __future__ import annotations
 
 import numpy as np
@@ -45,9 +46,23 @@ class DemoClassifier(nn.Module):
         return self.backbone.forward_classifier(self.normalise(images))
 
 
-def train_classifier(images: torch.Tensor, labels: torch.Tensor, num_classes: int, steps: int = 300,
+def shuffle_colours(images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """uint8 images (N, 3, H, W), each with its three colour channels in a random order."""
+    order = torch.stack([torch.randperm(3, generator=generator) for _ in range(len(images))])
+    return images[torch.arange(len(images))[:, None], order]
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson score interval of a binomial share (95 % for the default z)."""
+    p, z2 = successes / n, z * z
+    centre, half = (p + z2 / (2 * n)) / (1 + z2 / n), z / (1 + z2 / n) * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return float(centre - half), float(centre + half)
+
+
+def train_classifier(images: torch.Tensor, labels: torch.Tensor, num_classes: int, steps: int = 1000,
                      seed: int = 0) -> DemoClassifier:
-    """:class:`DemoClassifier` trained from scratch (AdamW 1e-3, batch 32, random flips), eval mode."""
+    """:class:`DemoClassifier` trained from scratch (AdamW 1e-3, batch 32, random flips, colour channels shuffled
+    per image: :func:`shuffle_colours`), eval mode."""
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     model = DemoClassifier(num_classes)
@@ -57,7 +72,7 @@ def train_classifier(images: torch.Tensor, labels: torch.Tensor, num_classes: in
         idx = torch.randint(0, len(images), (32,), generator=generator)
         x = images[idx]
         flip = torch.rand(len(idx), generator=generator) < 0.5
-        x = torch.where(flip[:, None, None, None], x.flip(-1), x)
+        x = shuffle_colours(torch.where(flip[:, None, None, None], x.flip(-1), x), generator)
         loss = F.cross_entropy(model(x), labels[idx])
         opt.zero_grad()
         loss.backward()
@@ -67,15 +82,20 @@ def train_classifier(images: torch.Tensor, labels: torch.Tensor, num_classes: in
 
 @torch.no_grad()
 def classifier_measures(classifier: DemoClassifier, samples: torch.Tensor, sample_labels: torch.Tensor,
-                        real: torch.Tensor, real_labels: torch.Tensor) -> dict[str, float]:
-    """``samples_correct``: the share of samples classified as their conditioning class; ``real_correct``: the same
-    on real images; ``frechet``: the Fréchet distance of samples and real images in the classifier's features."""
+                        real: torch.Tensor, real_labels: torch.Tensor, reference: torch.Tensor) -> dict:
+    """``samples_correct``: the share of samples classified as their conditioning class, ``samples_interval`` its
+    95 % interval; ``real_correct``: the share of the real images ``real`` classified as ``real_labels``;
+    ``frechet``: the Fréchet distance of samples and the real images ``reference`` in the classifier's features, None
+    unless both sets hold at least twice as many images as features."""
     from mmwf.evaluation import feature_statistics, frechet_distance
-    fake_f, real_f = classifier.features(samples), classifier.features(real)
+    fake_f, real_f, ref_f = (classifier.features(x) for x in (samples, real, reference))
+    correct = int((classifier.backbone.head(fake_f).argmax(1) == sample_labels).sum())
+    enough = min(len(fake_f), len(ref_f)) >= 2 * fake_f.shape[1]
     return dict(
-        samples_correct=(classifier.backbone.head(fake_f).argmax(1) == sample_labels).float().mean().item(),
+        samples_correct=correct / len(samples), samples_interval=wilson_interval(correct, len(samples)),
         real_correct=(classifier.backbone.head(real_f).argmax(1) == real_labels).float().mean().item(),
-        frechet=frechet_distance(*feature_statistics(fake_f.numpy()), *feature_statistics(real_f.numpy())))
+        frechet=frechet_distance(*feature_statistics(fake_f.numpy()), *feature_statistics(ref_f.numpy()))
+        if enough else None)
 
 
 def save_grid(rows: list[torch.Tensor], path: str, titles: list[str] | None = None, scale: int = 3) -> None:

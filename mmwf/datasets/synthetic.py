@@ -6,6 +6,8 @@
   labels 1 = background, 2 = circle, 3 = square, 4 = triangle (0 is reserved, as ADE20K's "other", and ignored
   with ``reduce_zero_label``).
 - ImageNet-style folders: ``cls/{train,val}/{circle,square,triangle}/*.jpg``, one shape per image.
+- The generation demo's folders: ``gen/{train,val}/{circle,square,triangle}/*.png``, 32 x 32, one shape of a random
+  colour on a plain background of another: the shape alone tells the classes apart.
 The command line is ``tools/generate_demo_data.py`` (it also writes the demos' stand-in softmax DeiT-T,
 :func:`mmwf.demo.write_softmax_stand_in`).
 """
@@ -35,9 +37,10 @@ def background(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def shape_polygon(rng: np.random.Generator, cls: int, height: int, width: int) -> np.ndarray:
-    """Polygon (K, 2) of one object, inside the image."""
-    r = rng.uniform(0.12, 0.25) * min(height, width)
+def shape_polygon(rng: np.random.Generator, cls: int, height: int, width: int,
+                  radius: tuple[float, float] = (0.12, 0.25)) -> np.ndarray:
+    """Polygon (K, 2) of one object, inside the image; its radius a uniform share ``radius`` of the shorter side."""
+    r = rng.uniform(*radius) * min(height, width)
     cx, cy = rng.uniform(r + 2, np.array([width, height]) - r - 2)
     if cls == 0:
         angles = np.linspace(0, 2 * np.pi, 32, endpoint=False)
@@ -115,9 +118,26 @@ def write_classification(root: str, split: str, count: int, size: int | tuple[in
         cv2.imwrite(osp.join(root, split, CLASSES[cls], f'{i:05d}.jpg'), img, [cv2.IMWRITE_JPEG_QUALITY, 95])
 
 
+def write_generation(root: str, split: str, count: int, size: int, rng: np.random.Generator) -> None:
+    """The generation demo's class folders, ``root/split/<class>/*.png`` (lossless, ``size`` x ``size``): one
+    shape per image (classes in turn, radius 22-36 % of the side), filled with a random saturated colour, on a plain
+    background of a random muted colour."""
+    for i in range(count):
+        cls = i % len(CLASSES)
+        img = np.empty((size, size, 3), np.uint8)
+        img[:] = rng.uniform(60, 200, 3)
+        hue = np.array([[[rng.uniform(0, 180), 255, 255]]], np.uint8)
+        colour = cv2.cvtColor(hue, cv2.COLOR_HSV2BGR)[0, 0].tolist()
+        poly = shape_polygon(rng, cls, size, size, radius=(0.22, 0.36))
+        cv2.fillPoly(img, [np.round(poly * 16).astype(np.int32)], colour, lineType=cv2.LINE_AA, shift=4)
+        os.makedirs(osp.join(root, split, CLASSES[cls]), exist_ok=True)
+        cv2.imwrite(osp.join(root, split, CLASSES[cls], f'{i:05d}.png'), img)
+
+
 def generate(out: str = 'data/demo', size: int = 128, train: int = 160, val: int = 40, seed: int = 0) -> None:
-    """Write the demo datasets (COCO, ADE20K layout, an ImageNet-style folder with twice ``train`` images) under
-    ``out`` (deterministic for a seed)."""
+    """Write the demo datasets under ``out`` (deterministic for a seed): COCO and the ADE20K layout (``train`` /
+    ``val`` images of ``size``), an ImageNet-style folder with twice ``train`` images, and the generation demo's
+    folders (32 x 32) with four times ``train`` and twice ``val`` images."""
     rng = np.random.default_rng(seed)
     write_coco(osp.join(out, 'coco'), 'train', train, size, rng)
     write_coco(osp.join(out, 'coco'), 'val', val, size, rng)
@@ -125,3 +145,5 @@ def generate(out: str = 'data/demo', size: int = 128, train: int = 160, val: int
     write_ade(osp.join(out, 'ade'), 'validation', val, size, rng)
     write_classification(osp.join(out, 'cls'), 'train', 2 * train, size, rng)
     write_classification(osp.join(out, 'cls'), 'val', val, size, rng)
+    write_generation(osp.join(out, 'gen'), 'train', 4 * train, 32, rng)
+    write_generation(osp.join(out, 'gen'), 'val', 2 * val, 32, rng)

@@ -36,42 +36,44 @@ def test_dits_recipe_and_one_difference(path):
 @pytest.mark.parametrize('demo,row,family', [('wf_dit_gen_demo', 'wf_dit_s_2_in256', 'WeightFormerDiT'),
                                              ('dit_gen_demo', 'dit_s_2_in256', 'DiT')])
 def test_demos_differ_in_data_size_and_schedule(demo, row, family):
-    """A demo is the Table 7 row it names with only the data (3 classes of 32 x 32 pixels, no VAE), the size
-    (width 128, depth 6), the sampling and the schedule changed: the denoiser's type, patch and block settings and
-    the diffusion are the row's."""
+    """A demo is the Table 7 row it names with only the data (3 classes of 16 x 16 pixels, no VAE), the size
+    (width 128; depth 5 for WF-DiT, 4 for DiT: the paper's 15 : 12), the sampling and the schedule changed: the
+    denoiser's type, patch and block settings and the diffusion are the row's."""
     cfg = Config.fromfile(str(ROOT / f'configs/demo/{demo}.py'))
     real = Config.fromfile(str(ROOT / f'configs/generation/{row}.py'))
     assert real.model.denoiser.type == family and real.model.denoiser.arch == 'S'
-    small = dict(hidden_size=128, depth=6, **(dict(num_heads=4) if family == 'DiT' else {}))
+    depth = 5 if family == 'WeightFormerDiT' else 4
+    small = dict(hidden_size=128, depth=depth, **(dict(num_heads=4) if family == 'DiT' else {}))
     assert cfg.model.to_dict() == dict(
-        real.model.to_dict(), denoiser=dict(real.model.denoiser.to_dict(), arch=small, in_channels=3, num_classes=3),
-        vae_path=None, sampling_steps='50', cfg_scale=2.0)
+        real.model.to_dict(), denoiser=dict(real.model.denoiser.to_dict(), arch=small, input_size=16, in_channels=3,
+                                            num_classes=3),
+        vae_path=None, sampling_steps='50', cfg_scale=4.0)
     # outside the model: the data, the schedule (iterations, learning rate, EMA horizon) and the CPU run's settings
     changed = {k for k in set(cfg) | set(real) if cfg.get(k, 'absent') != real.get(k, 'absent')}
     assert changed == {'model', 'num_classes', 'train_dataloader', 'test_dataloader', 'test_cfg', 'test_evaluator',
                        'max_iters', 'train_cfg', 'optim_wrapper', 'custom_hooks', 'default_hooks', 'env_cfg',
                        'auto_scale_lr'}
     assert (cfg.num_classes, cfg.max_iters, cfg.test_dataloader, cfg.test_cfg, cfg.test_evaluator) == (
-        3, 500, None, None, None)
-    assert cfg.train_dataloader.dataset == dict(type='ClassFolderImages', root='data/demo/cls/train', size=32)
+        3, 1200, None, None, None)
+    assert cfg.train_dataloader.dataset == dict(type='ClassFolderImages', root='data/demo/gen/train', size=16)
     loader = ('batch_size', 'num_workers', 'persistent_workers', 'dataset')
     assert {k: v for k, v in cfg.train_dataloader.items() if k not in loader} == {
         k: v for k, v in real.train_dataloader.items() if k not in loader}  # sampler, collate, drop_last
-    assert cfg.train_cfg == dict(real.train_cfg, max_iters=500, val_interval=501)
-    assert cfg.optim_wrapper == dict(real.optim_wrapper, optimizer=dict(real.optim_wrapper.optimizer, lr=1e-3))
-    assert cfg.custom_hooks == [dict(real.custom_hooks[0], momentum=1e-2), real.custom_hooks[1]]
+    assert cfg.train_cfg == dict(real.train_cfg, max_iters=1200, val_interval=1201)
+    assert cfg.optim_wrapper == dict(real.optim_wrapper, optimizer=dict(real.optim_wrapper.optimizer, lr=3e-3))
+    assert cfg.custom_hooks == [dict(real.custom_hooks[0], momentum=5e-3), real.custom_hooks[1]]
     assert cfg.env_cfg == dict(real.env_cfg, dist_cfg=dict(backend='gloo'))
     assert cfg.auto_scale_lr == dict(real.auto_scale_lr, base_batch_size=cfg.train_dataloader.batch_size)
     # built: the row's blocks (MLP 4 x D, WF-DiT's dynamic blocks every third from block 1) at the demo's size
     from mmwf.registry import MODELS
     net = MODELS.build(cfg.model.denoiser)
-    assert len(net.blocks) == 6 and net.learn_sigma and net.x_embedder.proj.kernel_size == (2, 2)
+    assert len(net.blocks) == depth and net.learn_sigma and net.x_embedder.proj.kernel_size == (2, 2)
     assert all(b.adaLN_modulation[1].in_features == 128 for b in net.blocks)
     if family == 'WeightFormerDiT':
         assert net.dynamic_ids == {1, 4}
-        assert [b.linear2.in_features for b in net.blocks] == [512] * 6
+        assert [b.linear2.in_features for b in net.blocks] == [512] * depth
     else:
-        assert [b.mlp.fc2.in_features for b in net.blocks] == [512] * 6 and net.blocks[0].attn.num_heads == 4
+        assert [b.mlp.fc2.in_features for b in net.blocks] == [512] * depth and net.blocks[0].attn.num_heads == 4
 
 
 @pytest.mark.parametrize('precision', ['bf16', 'fp16'])

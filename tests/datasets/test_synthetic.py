@@ -23,3 +23,25 @@ def test_non_square_images(tmp_path):
     for ann in coco['annotations']:
         x, y, w, h = ann['bbox']
         assert 0 <= x and x + w <= 80 and 0 <= y and y + h <= 48
+
+
+def test_generation_folders_hold_shapes_whose_colour_does_not_tell_the_class(tmp_path):
+    """Four times ``train`` and twice ``val`` lossless 32 x 32 images, classes in turn; each on a plain background
+    (the four corners alike) with a shape of its own colour, so that within one class the shapes' colours vary."""
+    import cv2
+    import numpy as np
+    generate(str(tmp_path), size=64, train=6, val=3, seed=4)
+    for split, count in (('train', 24), ('val', 6)):
+        files = sorted((tmp_path / 'gen' / split).glob('*/*.png'))
+        assert len(files) == count
+        assert {f.parent.name for f in files} == {'circle', 'square', 'triangle'}
+    hues = {}
+    for path in (tmp_path / 'gen' / 'train').glob('*/*.png'):
+        img = cv2.imread(str(path))
+        assert img.shape == (32, 32, 3)
+        corners = img[[0, 0, -1, -1], [0, -1, 0, -1]]
+        assert (corners == corners[0]).all()  # a plain background
+        shape = img[(np.abs(img.astype(int) - corners[0]).sum(-1) > 60)]
+        hsv = cv2.cvtColor(shape[None].astype(np.uint8), cv2.COLOR_BGR2HSV)[0]
+        hues.setdefault(path.parent.name, []).append(int(np.median(hsv[:, 0])) // 30)  # six hue sectors
+    assert all(len(set(h)) >= 4 for h in hues.values()), hues

@@ -177,12 +177,14 @@ def test_generation_demo_short_schedule(demo_data, tmp_path):
     """tools/demo.py --tasks gen: WF-DiT and DiT trained by tools/train.py in pixel space, sampled (EMA weights) and
     measured with the demo's classifier; a picture of the samples."""
     res = run([sys.executable, 'tools/demo.py', '--tasks', 'gen', '--data-root', str(demo_data), '--work-dir',
-               str(tmp_path), '--max-iters', '3', '--cfg-options', 'model.sampling_steps=4',
-               'train_dataloader.batch_size=4'])
+               str(tmp_path), '--max-iters', '3', '--samples-per-class', '3', '--cfg-options',
+               'model.sampling_steps=4', 'train_dataloader.batch_size=4'])
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     line = next(r for r in res.stdout.splitlines() if r.startswith('gen:'))
-    shares = [float(v) for v in re.findall(r'samples (\d\.\d+) of their class', line)]
-    assert len(shares) == 2 and all(0 <= v <= 1 for v in shares) and 'real images' in line
+    found = re.findall(r'samples (\d\.\d+) of their class \(95 % (\d\.\d+)-(\d\.\d+), 9 samples\)', line)
+    assert len(found) == 2 and 'real images' in line
+    assert all(0 <= float(low) <= float(share) <= float(high) <= 1 for share, low, high in found)
+    assert 'Fréchet' not in line  # 9 samples do not support a distance in 64 features
     assert (tmp_path / 'gen' / 'samples.png').read_bytes()[:4] == b'\x89PNG'
 
 
