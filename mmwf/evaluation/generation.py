@@ -58,8 +58,14 @@ def inception_score(logits: np.ndarray, split_size: int = 5000) -> tuple[float, 
     """exp(E_x KL(p(y|x) || p(y))) on consecutive parts of ``split_size`` samples of softmax(logits) (N, K), the
     last part shorter, as ADM's evaluator computes it: (mean, std) over parts (ADM reports the mean)."""
     logits = torch.as_tensor(np.asarray(logits))
-    parts = torch.as_tensor(np.arange(len(logits)) // split_size)
-    return inception_score_of_sums(inception_part_sums(logits, parts, -(-len(logits) // split_size)))
+    parts, num_parts = inception_parts(torch.arange(len(logits)), len(logits), split_size)
+    return inception_score_of_sums(inception_part_sums(logits, parts, num_parts))
+
+
+def inception_parts(indices: torch.Tensor, total: int, split_size: int) -> tuple[torch.Tensor, int]:
+    """The Inception Score part of each sample index of ``total`` samples (consecutive parts of ``split_size``, the
+    last shorter) and the number of parts."""
+    return indices // split_size, -(-total // split_size)
 
 
 def inception_part_sums(logits: torch.Tensor, parts: torch.Tensor, num_parts: int) -> dict[str, torch.Tensor]:
@@ -219,8 +225,8 @@ class GenerationMetric(BaseMetric):
             module.to(images.device)
         with torch.no_grad():
             features, logits = self.extractor(images)
-        parts = torch.tensor([int(s['index']) for s in kept]) // self.is_split_size
-        num_parts = -(-self.num_samples() // self.is_split_size)
+        parts, num_parts = inception_parts(torch.tensor([int(s['index']) for s in kept]), self.num_samples(),
+                                           self.is_split_size)
         self.sums = add_sums(self.sums, dict(moment_sums(features),
                                              **inception_part_sums(logits, parts, num_parts)))
 
