@@ -101,7 +101,7 @@ SNAPSHOT = textwrap.dedent('''
     from mmengine.logging import HistoryBuffer
     from mmengine.runner import CheckpointLoader
     import mmengine.registry as root
-    import mmdet.registry, mmseg.registry, mmpretrain.registry
+    import mmdet.registry, mmseg.registry, mmpretrain.registry, timm
     from mmdet.utils import register_all_modules as det
     from mmseg.utils import register_all_modules as seg
     from mmpretrain.utils import register_all_modules as pre
@@ -113,6 +113,7 @@ SNAPSHOT = textwrap.dedent('''
             for name, reg in vars(module).items():
                 if isinstance(reg, root.Registry):
                     found[f'{module.__name__}.{name}'] = dict(reg.module_dict)
+        found['timm.models'] = {name: timm.models.model_entrypoint(name) for name in timm.list_models()}
         return found
 
     def snapshot():
@@ -135,6 +136,8 @@ SNAPSHOT = textwrap.dedent('''
         if replaced:
             changed.append(f'{name}: {replaced}')
     print('changed:', changed)
+    timm_before, timm_after = (set(s['registries']['timm.models']) for s in (before, after))
+    print('added timm models:', sorted(timm_after - timm_before))
 ''')
 
 
@@ -142,13 +145,14 @@ SNAPSHOT = textwrap.dedent('''
 def test_import_and_configs_change_nothing_they_do_not_own():
     """A fresh process: mmdet / mmseg / mmpretrain registered, then every family's mmwf config parsed (which
     imports mmwf): mmengine's checkpoint schemes and file backends, HistoryBuffer, torch's weights-only allow-list
-    and every registry entry that existed stay as they were."""
+    and every registry entry that existed (timm's models included) stay as they were."""
     root = Path(__file__).resolve().parents[1] / 'configs'
     configs = [root / 'cascade_wf_t_coco.py', root / 'upernet_wf_t_ade20k.py', root / 'imagenet/weightformer_t_in1k.py',
                root / 'generation/wf_dit_s_2_in256.py', root / 'linear_attention/mask_rcnn_deit_b_relu_copy_coco.py']
     res = subprocess.run([sys.executable, '-c', SNAPSHOT, *map(str, configs)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     assert 'changed: []' in res.stdout, res.stdout
+    assert "added timm models: ['deit_b_elu'" in res.stdout  # ours are new names
 
 
 BROKEN_MMDET = textwrap.dedent('''

@@ -62,9 +62,10 @@ def params_m(module: nn.Module) -> float:
     return sum(p.numel() for p in module.parameters()) / 1e6
 
 
-def classifier_counts(spec: str, shape: tuple[int, int], our_order: bool = False) -> tuple[float, float]:
-    """(params M, GFLOPs) of an ImageNet classifier given by name (:func:`mmwf.analysis.models.classifier_config`)
-    or by mmpretrain config (its backbone with ``out_type='logits'`` holds the head), on a (1, 3, *shape) input."""
+def classifier_counts(spec: str, shape: tuple[int, int], our_order: bool = False, **timm_args) -> tuple[float, float]:
+    """(params M, GFLOPs) of an ImageNet classifier given by name (:func:`mmwf.analysis.models.build_classifier`:
+    ``timm_args`` for a timm name) or by mmpretrain config (its backbone with ``out_type='logits'`` holds the head),
+    on a (1, 3, *shape) input."""
     from mmwf.configs import task_model_config
 
     from .models import Classifier, build_classifier
@@ -72,7 +73,7 @@ def classifier_counts(spec: str, shape: tuple[int, int], our_order: bool = False
         from mmwf.registry import MODELS
         model = Classifier(MODELS.build(dict(task_model_config(spec)[1].backbone))).eval()
     else:
-        model = build_classifier(spec)
+        model = build_classifier(spec, **timm_args)
     with (contextlib.nullcontext() if our_order else released_order(model)), torch.no_grad():
         flops = count_flops(model, torch.randn(1, 3, *shape)) / 1e9
     return params_m(model), flops

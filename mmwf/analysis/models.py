@@ -43,8 +43,17 @@ class Classifier(nn.Module):
         return self.backbone.forward_classifier(x)
 
 
-def build_classifier(name: str) -> Classifier:
-    """:func:`classifier_config` built, random weights, eval mode."""
+def build_classifier(name: str, **timm_args) -> Classifier:
+    """:func:`classifier_config` built, or one of mmwf's timm models (``weightformer_t``, ``deit_t_relu``, ...)
+    created with ``timm_args`` (e.g. ``norm_layer='rmsnorm'``, ``mlp_layer='swiglu'``); random weights, eval
+    mode."""
+    from mmwf.models.backbones import deit, weightformer
+    if name in weightformer.TIMM_VARIANTS or name in deit.TIMM_VARIANTS:
+        import timm
+        return Classifier(timm.create_model(name, **timm_args)).eval()
+    if timm_args:
+        raise ValueError(f'model arguments {sorted(timm_args)} are for mmwf\'s timm names (weightformer_t, '
+                         f'deit_t_relu, ...), not for {name!r}')
     from mmwf.registry import MODELS
     return Classifier(MODELS.build(classifier_config(name))).eval()
 

@@ -2,13 +2,15 @@
 paper's "backbone" convention, docs/protocol.md) and the whole model, as a markdown table; or of an ImageNet
 classifier given by mmpretrain config (configs/imagenet/*, at its test crop) or by name (Table 3): ``wf-{t,s,b}``,
 ``static-t``, ``deit-{t,s,b}`` and the linear-attention DeiTs ``deit-{t,s,b}-{elu,relu,inline,mhla,ttt}``; or of
-the denoiser of a generation config (configs/generation/*, Table 7) on one latent of its input size.
+the denoiser of a generation config (configs/generation/*, Table 7) on one latent of its input size. mmwf's timm
+names (``weightformer_t``, ``deit_t_relu``, ...) count too, with ``--timm-args`` for their block options.
 
     python tools/analysis/get_flops.py configs/upernet_wf_t_ade20k.py --shape 512 512 --paper
     python tools/analysis/get_flops.py configs/cascade_wf_t_coco.py --shape 1024 1024 --paper
     python tools/analysis/get_flops.py wf-t deit-t wf-s deit-s --paper          # Table 3, at 224
     python tools/analysis/get_flops.py deit-t deit-t-relu deit-t-ttt --shape 1024 1024
     python tools/analysis/get_flops.py configs/generation/wf_dit_s_2_in256.py configs/generation/dit_s_2_in256.py
+    python tools/analysis/get_flops.py weightformer_t deit_t_softmax --timm-args norm_layer=rmsnorm mlp_layer=swiglu
 
 An AttentionDistiller config is counted without its teacher (training only). The counting is
 ``mmwf.analysis.classifier_counts`` / ``task_model_counts``; ``--paper`` puts the paper's figures from the metafiles
@@ -51,7 +53,10 @@ def main() -> None:
     parser.add_argument('--our-order', action='store_true', help="count mmwf's evaluation order")
     parser.add_argument('--detections', type=int, help='detections the mask head runs on (default: the '
                         "config's test_cfg.rcnn.max_per_img)")
+    parser.add_argument('--timm-args', nargs='+', default=[], metavar='KEY=VALUE',
+                        help="create_model arguments of mmwf's timm names, e.g. norm_layer=rmsnorm mlp_layer=swiglu")
     args = parser.parse_args()
+    timm_args = dict(arg.split('=', 1) for arg in args.timm_args)
     header = '| config | input | part | params (M) | GFLOPs |' + (' paper |' if args.paper else '')
     print(header)
     print('|---' * (header.count('|') - 1) + '|')
@@ -67,7 +72,7 @@ def main() -> None:
         elif scope in (None, 'mmpretrain'):  # a classifier by name or an ImageNet config
             shape = tuple(args.shape) if args.shape else (crop_size(config) if scope else (224, 224))
             try:
-                counts = {'classifier': classifier_counts(config, shape, args.our_order)}
+                counts = {'classifier': classifier_counts(config, shape, args.our_order, **timm_args)}
             except ValueError as err:
                 raise SystemExit(f'{err}; or give a config file') from None
             paper = {'classifier': ('GFLOPs', 'Parameters (M)')}

@@ -4,19 +4,29 @@ A plain backbone is a patch-embedding stem, a stack of blocks on one token grid,
 ImageNet head. :class:`PlainBackbone` holds all of that except what a family differs in: its extra stem
 (:meth:`PlainBackbone.embed`), its blocks and its pooling for classification. As detectron2's ``vit.py`` /
 ``utils.py`` and timm's ``vision_transformer.py`` split the same pieces.
+
+The same class is a timm model: it has timm's model API (``forward_features``, ``forward_head``,
+``forward_intermediates``, ``reset_classifier``, ``feature_info``, ...), and :func:`create_timm_model` builds it
+through timm's ``build_model_with_cfg`` for the names each family registers with timm.
 """
 from __future__ import annotations
 
+import os
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from functools import partial
+from pathlib import Path
 
 import torch
 import torch.nn as nn
+from huggingface_hub import PyTorchModelHubMixin, constants, hf_hub_download
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
 from mmwf.models.initializers import init_weights_pretrained_last
-from mmwf.models.layers import PatchEmbed, resolve_arch, run_blocks, tokens_to_map
+from mmwf.models.layers import PatchEmbed, build_token_norm, resolve_arch, run_blocks, tokens_to_map
+from mmwf.utils.checkpoint import load_state_dict_file, load_strict, whole_model_part
 
 
 def resolve_out_indices(out_indices: int | Sequence[int], depth: int, name: str) -> list[int]:
@@ -28,6 +38,18 @@ def resolve_out_indices(out_indices: int | Sequence[int], depth: int, name: str)
         raise ValueError(f'out_indices {bad} out of range for a {name} of {depth} blocks: use 0..{depth - 1} '
                          f'(or -{depth}..-1 from the end)')
     return [i % depth for i in indices]
+
+
+def take_indices(indices: int | Sequence[int] | None, depth: int, name: str) -> tuple[list[int], int]:
+    """timm's block selection for ``forward_intermediates``: None, all blocks; an int n, the last n; a list, those
+    blocks (negative from the end). Returns the sorted block indices and the largest."""
+    if indices is None or isinstance(indices, int):
+        n = depth if indices is None else indices
+        if not 0 < n <= depth:
+            raise ValueError(f'{name} has {depth} blocks: cannot take the last {n}')
+        indices = range(depth - n, depth)
+    taken = sorted(set(resolve_out_indices(list(indices), depth, name)))
+    return taken, taken[-1]
 
 
 def image_grid(x: torch.Tensor, stem: nn.Conv2d, min_grid: int, name: str) -> tuple[int, int]:
@@ -50,9 +72,14 @@ def image_grid(x: torch.Tensor, stem: nn.Conv2d, min_grid: int, name: str) -> tu
     return h, w
 
 
-class PlainBackbone(BaseModule):
+class PlainBackbone(BaseModule, PyTorchModelHubMixin, library_name='mmwf', tags=['vision', 'mmwf'],
+                    repo_url='https://github.com/LeapLabTHU/WeightFormer', paper_url='https://arxiv.org/abs/2605.01711'):
     """Stem, blocks on one token grid, final norm and ImageNet head; a family adds its stem extras, its blocks
     and its pooling.
+
+    A Hugging Face hub model too (``PyTorchModelHubMixin``): ``save_pretrained`` / ``push_to_hub`` write the
+    constructor's arguments as ``config.json`` and the weights as ``model.safetensors``; ``from_pretrained`` reads
+    them back, and a family reads its release's hub repositories as they are (:meth:`hub_arguments`).
 
     Args:
         arch (str | dict): a name of the family's ``ARCH_SETTINGS`` or a dict with exactly their keys
@@ -64,14 +91,18 @@ class PlainBackbone(BaseModule):
         final_norm (bool): apply ``norm`` to the last block's output. Defaults to True.
         with_cp (bool): activation checkpointing of every block while training. Defaults to False.
         out_type (str): what :meth:`forward` returns: ``'featmap'``, the (B, C, H/p, W/p) maps of ``out_indices``
-            (dense prediction), or ``'logits'``, the ImageNet classifier's (B, num_classes) logits as a one-tuple
+            (dense prediction); ``'logits'``, the ImageNet classifier's (B, num_classes) logits as a one-tuple
             (an mmpretrain ``ImageClassifier`` with a parameter-free ``ClsHead``; needs ``num_classes`` > 0, and
-            released checkpoints load with their head). Defaults to ``'featmap'``.
+            released checkpoints load with their head); or ``'timm'``, timm's contract,
+            ``forward_head(forward_features(x))`` (logits, or pooled features when ``num_classes`` is 0).
+            Defaults to ``'featmap'``.
         init_cfg (dict | list[dict], optional): mmengine init config. ``Pretrained`` entries keep mmengine's
             contract (applied after the others; ``prefix`` with or without its dot; ``map_location``; local files,
             URLs and mmengine's named checkpoints) and load strictly
             (:class:`mmwf.models.initializers.StrictPretrained`): a whole detector / segmentor / classifier /
             distiller checkpoint gives its backbone's tensors. Defaults to None.
+        norm_cfg (dict): the final norm's type (``layers.build_token_norm``; the family uses it in its blocks).
+            Defaults to ``dict(type='LN')``.
 
     A subclass calls ``super().__init__`` (which builds ``patch_embed``), builds its own stem tensors and
     ``blocks``, then :meth:`init_head`; it implements :meth:`embed` and :meth:`pool`, and may extend
@@ -82,19 +113,21 @@ class PlainBackbone(BaseModule):
     MIN_GRID = 1  # smallest token grid side the blocks accept
     WEIGHTS_HINT = ''  # where to get the released weights, for the not-found error
 
-    OUT_TYPES = ('featmap', 'logits')
+    OUT_TYPES = ('featmap', 'logits', 'timm')
 
     def __init__(self, arch: str | dict, in_channels: int = 3, patch_size: int = 16,
                  out_indices: int | Sequence[int] = -1, final_norm: bool = True, with_cp: bool = False,
-                 out_type: str = 'featmap', init_cfg: dict | list | None = None) -> None:
+                 out_type: str = 'featmap', init_cfg: dict | list | None = None,
+                 norm_cfg: dict = dict(type='LN')) -> None:
         super().__init__(init_cfg=init_cfg)
+        self.norm_cfg = norm_cfg
         name = type(self).__name__
         if out_type not in self.OUT_TYPES:
             raise ValueError(f'{name} out_type must be one of {self.OUT_TYPES}, got {out_type!r}')
         self.out_type = out_type
         self.arch = resolve_arch(arch, self.ARCH_SETTINGS, name)
         self.embed_dims, self.depth = self.arch['embed_dims'], self.arch['depth']
-        self.patch_size, self.final_norm, self.with_cp = patch_size, final_norm, with_cp
+        self.patch_size, self.final_norm, self.with_cp, self.in_chans = patch_size, final_norm, with_cp, in_channels
         self.out_indices = resolve_out_indices(out_indices, self.depth, name)
         self.patch_embed = PatchEmbed(in_channels, self.embed_dims, patch_size)
 
@@ -138,12 +171,42 @@ class PlainBackbone(BaseModule):
         strictly (:func:`mmwf.models.initializers.init_weights_pretrained_last`)."""
         init_weights_pretrained_last(self, super().init_weights)
 
-    def init_head(self, num_classes: int) -> None:
-        """The final LayerNorm ``norm`` (when used) and, for ``num_classes > 0``, the ImageNet ``head``."""
+    def init_head(self, num_classes: int, global_pool: str | None = None) -> None:
+        """The final LayerNorm ``norm`` (when used), the pooling ``global_pool`` (None: the family's default) and,
+        for ``num_classes > 0``, the ImageNet ``head`` (with ``out_type='timm'`` and no classes, an identity);
+        timm's ``num_features``, ``head_hidden_size`` and ``feature_info`` (every block, stride p)."""
         if self.out_type == 'logits' and num_classes <= 0:
             raise ValueError(f"{type(self).__name__} with out_type='logits' needs num_classes > 0 (e.g. 1000)")
-        self.norm = nn.LayerNorm(self.embed_dims, eps=1e-6) if self.final_norm or num_classes else nn.Identity()
-        self.head = nn.Linear(self.embed_dims, num_classes) if num_classes > 0 else None
+        self.num_features = self.head_hidden_size = self.embed_dims
+        self.feature_info = [dict(module=f'blocks.{i}', num_chs=self.embed_dims, reduction=self.patch_size)
+                             for i in range(self.depth)]
+        with_norm = self.final_norm or num_classes
+        self.norm = build_token_norm(self.norm_cfg, self.embed_dims) if with_norm else nn.Identity()
+        self.reset_classifier(num_classes, self.pools()[0] if global_pool is None else global_pool)
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """A new ``head`` for ``num_classes`` (trunc_normal(0.02) weights, zero bias, on the model's device and
+        dtype; 0: none, or an identity with ``out_type='timm'``), and the pooling ``global_pool`` (None keeps it),
+        as timm's ``reset_classifier``."""
+        if global_pool is not None:
+            if global_pool not in (*self.pools(), ''):
+                raise ValueError(f'{type(self).__name__} global_pool must be one of {self.pools()} or \'\' (no '
+                                 f'pooling), got {global_pool!r}')
+            self.global_pool = global_pool
+        self.num_classes = num_classes
+        ref = self.patch_embed.proj.weight
+        if num_classes > 0:
+            self.head = nn.Linear(self.embed_dims, num_classes, device=ref.device, dtype=ref.dtype)
+            nn.init.trunc_normal_(self.head.weight, std=0.02)
+            nn.init.zeros_(self.head.bias)
+        else:
+            self.head = nn.Identity() if self.out_type == 'timm' else None
+        if self.head is not None:
+            self.head.train(self.training)
+
+    def get_classifier(self) -> nn.Module | None:
+        """The ImageNet head (timm's API)."""
+        return self.head
 
     def grid(self, x: torch.Tensor) -> tuple[int, int]:
         """Token grid (H/p, W/p) of an image batch, with a clear error for bad input."""
@@ -151,16 +214,27 @@ class PlainBackbone(BaseModule):
 
     def embed(self, x: torch.Tensor, classify: bool) -> tuple[torch.Tensor, tuple[int, int], int]:
         """Images (B, C, H, W) -> tokens (B, prefix + H*W, C) entering the blocks, the grid, and the number of
-        prefix (class) tokens; ``classify`` for :meth:`forward_classifier`."""
+        prefix (class) tokens; ``classify`` for :meth:`forward_features`."""
         raise NotImplementedError
 
-    def pool(self, x: torch.Tensor, prefix: int) -> torch.Tensor:
-        """Normed tokens (B, N, C) -> image features (B, C) for the head."""
+    def features(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        """The normed tokens (B, N, C) of grid ``hw`` as :meth:`forward_features` returns them: as they are (a
+        family with another layout overrides this and :meth:`pool`)."""
+        return x
+
+    def pools(self) -> tuple[str, ...]:
+        """The ``global_pool`` types this model takes, its default first (``''``, no pooling, always)."""
+        return ('avg',)
+
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward_features`'s output -> image features (B, C) by ``global_pool``."""
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...] | torch.Tensor:
         """Images (B, C, H, W) -> tuple of (B, C', H/p, W/p) maps of the patch tokens, one per ``out_indices``
-        (or, with ``out_type='logits'``, the one-tuple of classifier logits)."""
+        (with ``out_type='logits'``, the one-tuple of classifier logits; with ``'timm'``, the logits)."""
+        if self.out_type == 'timm':
+            return self.forward_classifier(x)
         if self.out_type == 'logits':
             return (self.forward_classifier(x),)
         x, hw, prefix = self.embed(x, classify=False)
@@ -169,13 +243,115 @@ class PlainBackbone(BaseModule):
         return tuple(tokens_to_map(f[:, prefix:] if prefix else f, hw).contiguous() for f in feats)
 
     def forward_classifier(self, x: torch.Tensor) -> torch.Tensor:
-        """Images (B, C, H, W) -> ImageNet logits (B, num_classes): blocks, ``norm``, :meth:`pool`, ``head``."""
+        """Images (B, C, H, W) -> ImageNet logits (B, num_classes): :meth:`forward_features` then
+        :meth:`forward_head`."""
         if self.head is None:
             raise RuntimeError(f'this {type(self).__name__} has no classification head; build it with '
                                'num_classes=1000')
-        x, hw, prefix = self.embed(x, classify=True)
+        return self.forward_head(self.forward_features(x))
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Images (B, C, H, W) -> the last block's tokens after ``norm``, in the family's layout
+        (:meth:`features`), with the class token where classification uses one (timm's ``forward_features``)."""
+        x, hw, _ = self.embed(x, classify=True)
         _, x = deque(run_blocks(self.blocks, x, hw, with_cp=self.with_cp), maxlen=1)[0]  # the last output, none kept
-        return self.head(self.pool(self.norm(x), prefix))
+        return self.features(self.norm(x), hw)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """:meth:`forward_features`'s output -> logits (B, num_classes): pooled by ``global_pool`` (``''``: not
+        pooled), then ``head`` unless ``pre_logits`` (timm's ``forward_head``)."""
+        x = self.pool(x) if self.global_pool else x
+        return x if pre_logits or self.head is None else self.head(x)
+
+    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None, norm: bool = False,
+                              stop_early: bool = False, output_fmt: str = 'NCHW', intermediates_only: bool = False
+                              ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """timm's ``forward_intermediates``: the patch tokens after the blocks ``indices`` (None: all; n: the last n;
+        a list: those), as (B, C, H/p, W/p) maps (``output_fmt='NCHW'``) or (B, H/p, W/p, C) (``'NHWC'``), after
+        ``norm`` when ``norm``; with them (unless ``intermediates_only``) the :meth:`forward_features` output of
+        the last block run (``stop_early``: the last one taken)."""
+        if output_fmt not in ('NCHW', 'NHWC'):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}")
+        taken, last = take_indices(indices, len(self.blocks), type(self).__name__)
+        x, hw, prefix = self.embed(x, classify=True)
+        blocks = self.blocks[:last + 1] if stop_early else self.blocks
+        intermediates = []
+        for i, out in run_blocks(blocks, x, hw, with_cp=self.with_cp):
+            if i in taken:
+                y = (self.norm(out) if norm else out)[:, prefix:].unflatten(1, hw)
+                intermediates.append(y.permute(0, 3, 1, 2).contiguous() if output_fmt == 'NCHW' else y)
+        if intermediates_only:
+            return intermediates
+        return self.features(self.norm(out), hw), intermediates
+
+    def prune_intermediate_layers(self, indices: int | Sequence[int] = 1, prune_norm: bool = False,
+                                  prune_head: bool = True) -> list[int]:
+        """Drop the blocks after the last of ``indices`` (and ``norm`` with ``prune_norm``, the head and pooling
+        with ``prune_head``), as timm's feature wrapper does; returns the block indices taken."""
+        taken, last = take_indices(indices, len(self.blocks), type(self).__name__)
+        self.blocks = self.blocks[:last + 1]
+        self.depth = len(self.blocks)
+        self.feature_info = self.feature_info[:self.depth]
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_classifier(0, '')
+        return taken
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """timm's switch for ``with_cp`` (activation checkpointing of every block while training)."""
+        self.with_cp = enable
+
+    def stem_names(self) -> list[str]:
+        """The attribute names of :meth:`stem`'s modules and parameters."""
+        parts = [*self.named_children(), *self.named_parameters(recurse=False)]
+        return [name for name, part in parts if any(part is s for s in self.stem())]
+
+    def group_matcher(self, coarse: bool = False) -> dict:
+        """Parameter groups for timm's layer-wise lr decay and optimizer factory: the stem, each block, the final
+        norm after them; the head is left to timm."""
+        return dict(stem=rf'^(?:{"|".join(self.stem_names())})',
+                    blocks=[(r'^blocks\.(\d+)', None), (r'^norm', (99999,))])
+
+    def no_weight_decay(self) -> set[str]:
+        """The stem's free parameters (a position table, a class token), which timm's optimizer factory leaves
+        undecayed."""
+        return {name for name, p in self.named_parameters(recurse=False) if name in self.stem_names()}
+
+    @classmethod
+    def hub_arguments(cls, config: dict) -> dict:
+        """A hub repository's ``config.json`` -> this family's constructor arguments: one written by
+        ``save_pretrained`` as it is (a family converts its release's configs here); anything else is an error
+        naming the keys."""
+        params = set(cls._hub_mixin_init_parameters) - {'self'}
+        unknown = sorted(set(config) - params)
+        if unknown:
+            raise ValueError(f'{cls.__name__}.from_pretrained: config.json has keys {unknown} that are not '
+                             f'{cls.__name__} arguments ({", ".join(sorted(params))}); it was written for another '
+                             'model. Load it with the class that wrote it.')
+        return dict(config)
+
+    @classmethod
+    def _from_pretrained(cls, *, model_id: str, revision: str | None, cache_dir: str | Path | None,
+                         force_download: bool, local_files_only: bool, token: str | bool | None,
+                         config: dict | None = None, map_location: str = 'cpu', strict: bool = True,
+                         **model_kwargs) -> PlainBackbone:
+        """The hub mixin's loader: the model of ``config.json`` (:meth:`hub_arguments`; keyword arguments override
+        it, ``init_cfg`` is dropped: the weights are the repository's), then ``model.safetensors`` through
+        :meth:`checkpoint_filter_fn` and a strict load (``strict=False`` lists what did not match and goes on)."""
+        model_kwargs.pop('config', None)
+        kwargs = {**cls.hub_arguments(config or {}), **model_kwargs}
+        kwargs.pop('init_cfg', None)
+        model = cls(**kwargs)
+        if os.path.isdir(model_id):
+            path = os.path.join(model_id, constants.SAFETENSORS_SINGLE_FILE)
+        else:
+            path = hf_hub_download(repo_id=model_id, filename=constants.SAFETENSORS_SINGLE_FILE, revision=revision,
+                                   cache_dir=cache_dir, force_download=force_download,
+                                   local_files_only=local_files_only, token=token)
+        state = model.checkpoint_filter_fn(load_state_dict_file(path, map_location))
+        load_strict(model, state, path, strict=strict)
+        return model.to(map_location).eval()
 
     def checkpoint_filter_fn(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """A released checkpoint -> this model's keys: the tensors of modules this model was built without (a
@@ -187,3 +363,70 @@ class PlainBackbone(BaseModule):
             print_log(f'{type(self).__name__}: skipped {len(skipped)} checkpoint tensors of modules this model omits: '
                       f'{", ".join(skipped[:5])}{" ..." if len(skipped) > 5 else ""}', logger='current')
         return {k: v for k, v in state_dict.items() if k.split('.')[0] in own}
+
+
+def timm_checkpoint_filter(state_dict: dict[str, torch.Tensor], model: PlainBackbone) -> dict[str, torch.Tensor]:
+    """timm's ``pretrained_filter_fn``: a whole-model checkpoint reduced to its backbone
+    (:func:`mmwf.utils.checkpoint.whole_model_part`), then the family's :meth:`PlainBackbone.checkpoint_filter_fn`."""
+    return model.checkpoint_filter_fn(whole_model_part(state_dict, 'the timm checkpoint'))
+
+
+# timm's names for the blocks' options (``norm_layer``, ``mlp_layer``) -> the families' ``norm_cfg`` / ``ffn_type``
+TIMM_NORM_LAYERS = {'layernorm': 'LN', 'rmsnorm': 'RMSNorm'}
+TIMM_MLP_LAYERS = {'mlp': 'mlp', 'swiglu': 'swiglu'}
+
+
+def _timm_option(value: str, table: dict, name: str) -> str:
+    if value not in table:
+        raise ValueError(f'{name}={value!r} is not an option of mmwf\'s timm models; choose from {sorted(table)}')
+    return table[value]
+
+
+def _timm_constructor(model_cls: type[PlainBackbone], in_chans: int = 3, num_classes: int = 1000,
+                      global_pool: str | None = None, norm_layer: str | None = None, mlp_layer: str | None = None,
+                      device: torch.device | str | None = None, dtype: torch.dtype | None = None,
+                      **kwargs) -> PlainBackbone:
+    """timm's model arguments (``in_chans``, ``global_pool``, ``norm_layer`` 'layernorm' / 'rmsnorm',
+    ``mlp_layer`` 'mlp' / 'swiglu', ``device``, ``dtype``) -> the family's; any other argument goes to the family,
+    which refuses what it does not take (TypeError, as timm expects)."""
+    if norm_layer is not None:
+        kwargs['norm_cfg'] = dict(type=_timm_option(norm_layer, TIMM_NORM_LAYERS, 'norm_layer'))
+    if mlp_layer is not None:
+        kwargs['ffn_type'] = _timm_option(mlp_layer, TIMM_MLP_LAYERS, 'mlp_layer')
+    with torch.device(device) if device is not None else nullcontext():
+        model = model_cls(in_channels=in_chans, num_classes=num_classes, out_type='timm', **kwargs)
+    if global_pool is not None:
+        model.reset_classifier(num_classes, global_pool)
+    return model.to(dtype=dtype) if dtype is not None else model
+
+
+def create_timm_model(model_cls: type[PlainBackbone], variant: str, pretrained: bool = False,
+                      **kwargs) -> PlainBackbone:
+    """The model behind a registered timm name: timm's ``build_model_with_cfg`` on ``model_cls`` with the
+    variant's ``pretrained_cfg``, :func:`timm_checkpoint_filter` for pretrained weights, and timm's
+    ``FeatureGetterNet`` (:meth:`PlainBackbone.forward_intermediates`, the last 3 blocks by default) for
+    ``features_only=True``."""
+    from timm.models import build_model_with_cfg
+    return build_model_with_cfg(partial(_timm_constructor, model_cls), variant, pretrained,
+                                pretrained_filter_fn=timm_checkpoint_filter,
+                                feature_cfg=dict(out_indices=3, feature_cls='getter'), **kwargs)
+
+
+def register_timm_models(model_cls: type[PlainBackbone], variants: dict[str, dict], namespace: dict) -> None:
+    """Register each of ``variants`` (timm name -> the family's arguments) with timm, as an entry point
+    ``name(pretrained=False, **kwargs)`` of the family's module (``namespace``: its globals, where timm looks for
+    ``default_cfgs`` and files the model), built by :func:`create_timm_model`."""
+    from timm.models import register_model
+
+    def entrypoint_of(name: str, variant: dict) -> Callable[..., PlainBackbone]:
+        def entrypoint(pretrained: bool = False, **kwargs) -> PlainBackbone:
+            return create_timm_model(model_cls, name, pretrained, **dict(variant, **kwargs))
+
+        entrypoint.__name__ = entrypoint.__qualname__ = name
+        entrypoint.__module__ = namespace['__name__']
+        args = ', '.join(f'{k}={v!r}' for k, v in variant.items())
+        entrypoint.__doc__ = f'timm model {name}: {model_cls.__name__}({args}).'
+        return entrypoint
+
+    for name, variant in variants.items():
+        namespace[name] = register_model(entrypoint_of(name, variant))

@@ -4,7 +4,8 @@ Keys follow timm's ``VisionTransformer`` (``patch_embed.proj``, ``cls_token``, `
 ``blocks.{i}.{norm1,attn.qkv,attn.proj,norm2,mlp.fc1,mlp.fc2}``, ``norm``, ``head``), so official DeiT and
 timm checkpoints load as they are. The absolute position embedding, pretrained on a 14 x 14 grid, is
 resampled (bicubic) to the input grid. ViTDet-style window attention (no class token) can be enabled in
-chosen blocks; the attention operator is chosen by ``attn_cfg`` (``layers/attention.py``).
+chosen blocks; the attention operator is chosen by ``attn_cfg`` (``layers/attention.py``). The DeiTs of the
+linear-attention study are timm models too (``deit_t_relu``, ...; :data:`TIMM_VARIANTS`).
 """
 from __future__ import annotations
 
@@ -14,12 +15,23 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 from mmengine.logging import print_log
-from timm.layers import DropPath, Mlp, resample_abs_pos_embed
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.layers import DropPath, Mlp, SwiGLUPacked, resample_abs_pos_embed
+from timm.models import generate_default_cfgs
 
-from mmwf.models.layers import OPERATORS, partition, resample_pos_embed, unpartition
+from mmwf.models.layers import (
+                                OPERATORS,
+                                build_token_norm,
+                                ffn_widths,
+                                partition,
+                                resample_pos_embed,
+                                unpartition,
+)
 from mmwf.registry import MODELS
 
-from .base import PlainBackbone
+from .base import PlainBackbone, register_timm_models
+
+__all__ = ['DeiT', 'DeiTBlock', 'TIMM_VARIANTS']  # and the timm entry points registered below
 
 
 class DeiTBlock(nn.Module):
@@ -35,19 +47,24 @@ class DeiTBlock(nn.Module):
         drop_path (float): stochastic depth of both branches. Defaults to 0.
         layer_scale (bool): scale each branch by a learnt per-channel ``gamma1`` / ``gamma2`` (init 1), as
             ViT-Adapter's plain ViT. Defaults to False.
+        norm_cfg (dict): the token norms (``layers.build_token_norm``). Defaults to ``dict(type='LN')``.
+        ffn_type (str): ``'mlp'`` (timm's GELU ``Mlp``) or ``'swiglu'`` (timm's ``SwiGLUPacked``: ``mlp.fc1``
+            the packed gate and up projections, ``mlp.fc2`` the down projection). Defaults to ``'mlp'``.
     """
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float, attn_cfg: dict, window_size: int = 0,
-                 drop_path: float = 0.0, layer_scale: bool = False) -> None:
+                 drop_path: float = 0.0, layer_scale: bool = False, norm_cfg: dict = dict(type='LN'),
+                 ffn_type: str = 'mlp') -> None:
         super().__init__()
         self.window_size = window_size
         if layer_scale:
             self.gamma1 = nn.Parameter(torch.ones(dim))
             self.gamma2 = nn.Parameter(torch.ones(dim))
-        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.norm1 = build_token_norm(norm_cfg, dim)
         self.attn = MODELS.build(dict(attn_cfg, dim=dim, num_heads=num_heads))
-        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU)
+        self.norm2 = build_token_norm(norm_cfg, dim)
+        first, hidden = ffn_widths(dim, mlp_ratio, ffn_type)
+        self.mlp = Mlp(dim, hidden, act_layer=nn.GELU) if ffn_type == 'mlp' else SwiGLUPacked(dim, first)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
@@ -90,17 +107,23 @@ class DeiT(PlainBackbone):
         drop_path_rate (float): stochastic depth, rising linearly. Defaults to 0.
         layer_scale (bool): per-channel branch scales ``gamma1`` / ``gamma2`` in every block (ViT-Adapter's plain
             ViT); a checkpoint without them loads with them at 1. Defaults to False.
+        norm_cfg (dict): every norm: ``dict(type='LN')`` (DeiT) or ``dict(type='RMSNorm')`` (the modern block),
+            optionally with ``eps`` (1e-6). Defaults to ``dict(type='LN')``.
+        ffn_type (str): the blocks' feed-forward: ``'mlp'`` (GELU, DeiT) or ``'swiglu'`` (``layers/ffn.py``).
+            Defaults to ``'mlp'``.
         with_cp (bool): activation checkpointing while training. Defaults to False.
         num_classes (int): > 0 adds the head for :meth:`forward_classifier` (class token, or the mean patch token
             for operators without one). Defaults to 0.
-        out_type (str): ``'featmap'`` (dense maps) or ``'logits'`` (classifier logits, for mmpretrain). Defaults
-            to ``'featmap'``.
+        out_type (str): ``'featmap'`` (dense maps), ``'logits'`` (classifier logits, for mmpretrain) or ``'timm'``
+            (timm's contract). Defaults to ``'featmap'``.
         init_cfg (dict | list[dict], optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads a DeiT / timm
             checkpoint strictly; ``dict(type='SoftmaxTransfer', checkpoint=PATH, recipe=...)`` initialises a
             linear-attention DeiT from a softmax one (:func:`mmwf.models.transfer_softmax_weights`). Defaults to
             None.
 
-    Input (B, 3, H, W) with H, W >= patch_size; outputs a tuple of (B, C, H/p, W/p) maps.
+    Input (B, 3, H, W) with H, W >= patch_size; outputs a tuple of (B, C, H/p, W/p) maps. :meth:`forward_features`
+    gives timm's (B, [1 +] H/p * W/p, C) tokens, pooled by ``global_pool`` ``'token'`` (the class token; the default
+    where the operator takes one) or ``'avg'`` (the mean patch token).
     """
 
     ARCH_SETTINGS = {
@@ -125,11 +148,14 @@ class DeiT(PlainBackbone):
                  final_norm: bool = True,
                  drop_path_rate: float = 0.0,
                  layer_scale: bool = False,
+                 norm_cfg: dict = dict(type='LN'),
+                 ffn_type: str = 'mlp',
                  with_cp: bool = False,
                  num_classes: int = 0,
                  out_type: str = 'featmap',
                  init_cfg: dict | list | None = None) -> None:
-        super().__init__(arch, in_channels, patch_size, out_indices, final_norm, with_cp, out_type, init_cfg)
+        super().__init__(arch, in_channels, patch_size, out_indices, final_norm, with_cp, out_type, init_cfg,
+                         norm_cfg)
         windowed = bool(window_size and window_block_indexes)
         if windowed and with_cls_token:
             raise ValueError('window attention has no class token: set with_cls_token=False')
@@ -143,15 +169,17 @@ class DeiT(PlainBackbone):
         if with_cls_token is None:
             with_cls_token = self.classify_by_cls_token and not windowed
         self.with_cls_token = with_cls_token
+        self.num_prefix_tokens = int(self.classify_by_cls_token)  # in forward_features
         self.pretrain_grid = pretrain_size // patch_size
         C = self.embed_dims
         if with_cls_token or (num_classes and self.classify_by_cls_token):
             self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
         self.pos_embed = nn.Parameter(torch.zeros(1, 1 + self.pretrain_grid ** 2, C))
-        dpr = torch.linspace(0, drop_path_rate, self.depth).tolist()
+        dpr = torch.linspace(0, drop_path_rate, self.depth, device='cpu').tolist()
         self.blocks = nn.ModuleList(
             DeiTBlock(C, self.arch['num_heads'], self.arch['mlp_ratio'], attn_cfg,
-                      window_size if i in window_block_indexes else 0, dpr[i], layer_scale) for i in range(self.depth))
+                      window_size if i in window_block_indexes else 0, dpr[i], layer_scale, norm_cfg, ffn_type)
+            for i in range(self.depth))
         self.init_head(num_classes)
         self._init_timm()
         self.freeze_stages(frozen_stages)
@@ -182,9 +210,13 @@ class DeiT(PlainBackbone):
         cls = self.cls_token + self.pos_embed[:, :1]
         return torch.cat([cls.expand(x.shape[0], -1, -1), x], dim=1), hw, 1
 
-    def pool(self, x: torch.Tensor, prefix: int) -> torch.Tensor:
-        """The class token, or the mean patch token for operators without one."""
-        return x[:, 0] if prefix else x.mean(1)
+    def pools(self) -> tuple[str, ...]:
+        """``'token'`` first where the operator takes a class token, then ``'avg'``."""
+        return ('token', 'avg') if self.classify_by_cls_token else ('avg',)
+
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        """The class token (``'token'``) or the mean patch token (``'avg'``)."""
+        return x[:, 0] if self.global_pool == 'token' else x[:, self.num_prefix_tokens:].mean(1)
 
     def checkpoint_filter_fn(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The base filter, then layer-scale gammas a softmax DeiT checkpoint lacks set to 1, and a position table of
@@ -204,3 +236,28 @@ class DeiT(PlainBackbone):
                       f'(a {self.pretrain_grid} x {self.pretrain_grid} grid, pretrain_size '
                       f'{self.pretrain_grid * self.patch_size})', logger='current')
         return state_dict
+
+
+def _cfg(**kwargs) -> dict:
+    """A DeiT ``pretrained_cfg``: evaluated as the study's configs evaluate (bicubic square resize to 256 / 224 of
+    the input, centre crop, ImageNet mean and std); any input size (the position table is resampled)."""
+    return dict(num_classes=1000, input_size=(3, 224, 224), crop_pct=0.875, crop_mode='squash',
+                interpolation='bicubic', mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD,
+                first_conv='patch_embed.proj', classifier='head', **kwargs)
+
+
+# timm names: the DeiTs of the linear-attention study, deit_{t,s,b}_{operator} after their configs
+# (configs/imagenet/deit_<size>_<operator>_in1k.py); the softmax ones load the official DeiT weights
+# (timm's hub copies; timm's own names for them are deit_{tiny,small,base}_patch16_224)
+TIMM_VARIANTS = {f'deit_{size}_{op}': dict(arch=size, attn_cfg=dict(type=cls.__name__))
+                 for size in DeiT.ARCH_SETTINGS for op, cls in OPERATORS.items()}
+_OFFICIAL = dict(t='tiny', s='small', b='base')
+
+default_cfgs = generate_default_cfgs({
+    **{f'deit_{size}_softmax.fb_in1k': _cfg(hf_hub_id=f'timm/deit_{name}_patch16_224.fb_in1k', license='apache-2.0')
+       for size, name in _OFFICIAL.items()},
+    **{name: _cfg() for name in TIMM_VARIANTS if not name.endswith('_softmax')},
+})
+
+
+register_timm_models(DeiT, TIMM_VARIANTS, globals())

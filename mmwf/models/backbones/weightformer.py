@@ -3,6 +3,8 @@
 He, Han and Huang, "Linear-Time Global Visual Modeling without Explicit Attention"; docs/weightformer.md. The
 default settings reproduce the released ImageNet models exactly (checkpoint keys included); the paper's Table 1
 strategy space is reachable through ``dynamic_linear``, ``dynamic_dwc``, ``dynamic_mlp`` and ``dynamic_blocks``.
+The released models and the ImageNet variants of Tables 2 and 6 are timm models too (``weightformer_t``, ...;
+:data:`TIMM_VARIANTS`).
 """
 from __future__ import annotations
 
@@ -10,12 +12,24 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import DropPath
+from timm.models import generate_default_cfgs
 
-from mmwf.models.layers import StaticDWConv, StaticLinear, dynamic_block_ids, map_to_tokens
+from mmwf.models.layers import (
+                                StaticDWConv,
+                                StaticLinear,
+                                build_token_norm,
+                                dynamic_block_ids,
+                                ffn_widths,
+                                map_to_tokens,
+                                swiglu,
+)
 from mmwf.registry import MODELS
 
-from .base import PlainBackbone
+from .base import PlainBackbone, register_timm_models
+
+__all__ = ['WeightFormer', 'WeightFormerBlock', 'TIMM_VARIANTS']  # and the timm entry points registered below
 
 
 def has_forward_hooks(module: nn.Module) -> bool:
@@ -28,9 +42,10 @@ class WeightFormerBlock(nn.Module):
 
     Static (released): ``x = x + dwc(x)``; ``x = x + drop_path(drop(linear2(drop(act(linear1(norm2(x)))))))``.
     Dynamic (released): first ``x = norm1(x)`` (the stream itself is normalised, a release quirk), then the
-    same with a dynamic ``dwc`` and/or dynamic ``linear1`` / ``linear2``. At inference without forward hooks the
-    GELU and the residual adds run in place on fresh branch outputs (saving a 4C-wide buffer); otherwise every
-    module's output stays as it returned it.
+    same with a dynamic ``dwc`` and/or dynamic ``linear1`` / ``linear2``. With ``ffn_type='swiglu'``, ``act`` is
+    SwiGLU on ``linear1``'s packed [gate | up] output (``layers/ffn.py``). At inference without forward hooks the
+    activation and the residual adds run in place on fresh branch outputs (saving a 4C-wide buffer); otherwise
+    every module's output stays as it returned it.
 
     Args:
         dim (int): channels C.
@@ -43,17 +58,21 @@ class WeightFormerBlock(nn.Module):
         drop_path (float): stochastic depth of the MLP branch. Defaults to 0.
         linear2_context (bool): a dynamic ``linear2`` predicts its update from the MLP's C-wide input
             ``norm2(x)``, not from its own 4C-wide input. Defaults to False.
+        norm_cfg (dict): the token norms (``layers.build_token_norm``). Defaults to ``dict(type='LN')``.
+        ffn_type (str): ``'mlp'`` (GELU, released) or ``'swiglu'``. Defaults to ``'mlp'``.
     """
 
     def __init__(self, dim: int, mlp_ratio: float, dwc: dict, linear1: dict, linear2: dict,
-                 norm_stream: bool, drop: float = 0.0, drop_path: float = 0.0, linear2_context: bool = False) -> None:
+                 norm_stream: bool, drop: float = 0.0, drop_path: float = 0.0, linear2_context: bool = False,
+                 norm_cfg: dict = dict(type='LN'), ffn_type: str = 'mlp') -> None:
         super().__init__()
-        hidden = int(dim * mlp_ratio)
-        self.norm1 = nn.LayerNorm(dim, eps=1e-6) if norm_stream else nn.Identity()
+        first, hidden = ffn_widths(dim, mlp_ratio, ffn_type)
+        self.norm1 = build_token_norm(norm_cfg, dim) if norm_stream else nn.Identity()
         self.dwc = MODELS.build(dict(dwc, dim=dim))
-        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
-        self.linear1 = MODELS.build(dict(linear1, in_features=dim, out_features=hidden))
-        self.act = nn.GELU()
+        self.norm2 = build_token_norm(norm_cfg, dim)
+        self.linear1 = MODELS.build(dict(linear1, in_features=dim, out_features=first))
+        self.swiglu = ffn_type == 'swiglu'
+        self.act = nn.Identity() if self.swiglu else nn.GELU()
         self.drop = nn.Dropout(drop)
         self.linear2_context = linear2_context
         context = dict(context_features=dim) if linear2_context else {}
@@ -67,7 +86,9 @@ class WeightFormerBlock(nn.Module):
         x = y.add_(x) if inplace else y + x
         z = self.norm2(x)
         y = self.linear1(z, hw)
-        y = self.drop(torch.ops.aten.gelu_(y) if inplace else self.act(y))
+        if self.swiglu:
+            y = swiglu(y, inplace)
+        y = self.drop(torch.ops.aten.gelu_(y) if inplace and not self.swiglu else self.act(y))
         y = self.drop_path(self.drop(self.linear2(y, hw, z) if self.linear2_context else self.linear2(y, hw)))
         return y.add_(x) if inplace else y + x
 
@@ -100,16 +121,21 @@ class WeightFormer(PlainBackbone):
             ``'hidden'``, its own 4C-wide input. Defaults to ``'input'``.
         frozen_stages (int): -1 freezes nothing; 0 the stem; i > 0 the stem and blocks 0..i-1 (and ``norm`` when
             i == depth). Defaults to -1.
+        norm_cfg (dict): every norm: ``dict(type='LN')`` (released) or ``dict(type='RMSNorm')`` (the modern
+            block), optionally with ``eps`` (1e-6). Defaults to ``dict(type='LN')``.
+        ffn_type (str): the blocks' feed-forward: ``'mlp'`` (GELU, released) or ``'swiglu'`` (``layers/ffn.py``).
+            Defaults to ``'mlp'``.
         with_cp (bool): activation checkpointing of every block while training. Defaults to False.
         num_classes (int): > 0 adds the ImageNet head (final norm, mean over tokens, Linear) for
             :meth:`forward_classifier`. Defaults to 0.
-        out_type (str): ``'featmap'`` (dense maps) or ``'logits'`` (classifier logits, for mmpretrain). Defaults
-            to ``'featmap'``.
+        out_type (str): ``'featmap'`` (dense maps), ``'logits'`` (classifier logits, for mmpretrain) or ``'timm'``
+            (timm's contract). Defaults to ``'featmap'``.
         init_cfg (dict | list[dict], optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads a released or
             mmwf checkpoint strictly. Defaults to None.
 
     Input (B, in_channels, H, W) with H, W >= 2 * patch_size; outputs a tuple of (B, C, H/p, W/p) maps
-    (floor division), one per ``out_indices``.
+    (floor division), one per ``out_indices``. :meth:`forward_features` gives timm's (B, H/p, W/p, C) map
+    (``output_fmt`` 'NHWC', as timm's Swin), which ``global_pool='avg'`` averages.
     """
 
     ARCH_SETTINGS = {
@@ -119,6 +145,7 @@ class WeightFormer(PlainBackbone):
         'b': dict(embed_dims=384, depth=17, mlp_ratio=4),  # WeightFormer-S trained and run at 448 x 448
     }
     MIN_GRID = 2
+    output_fmt = 'NHWC'
     WEIGHTS_HINT = ('Released ImageNet weights: model.safetensors of the Hugging Face models '
                     'RuizeHe/weightformer-{t,s,b}, or the training checkpoints linked from the LeapLabTHU/WeightFormer '
                     'repository (clean those with tools/model_converters/clean_checkpoint.py).')
@@ -137,19 +164,22 @@ class WeightFormer(PlainBackbone):
                  dynamic_mlp: str = 'first',
                  linear2_context: str = 'input',
                  frozen_stages: int = -1,
+                 norm_cfg: dict = dict(type='LN'),
+                 ffn_type: str = 'mlp',
                  with_cp: bool = False,
                  num_classes: int = 0,
                  out_type: str = 'featmap',
                  init_cfg: dict | list | None = None) -> None:
-        super().__init__(arch, in_channels, patch_size, out_indices, final_norm, with_cp, out_type, init_cfg)
+        super().__init__(arch, in_channels, patch_size, out_indices, final_norm, with_cp, out_type, init_cfg,
+                         norm_cfg)
         self.dynamic_ids = dynamic_block_ids(dynamic_blocks, self.depth)
         if dynamic_mlp not in ('first', 'second', 'both', 'none'):
             raise ValueError(f"dynamic_mlp must be 'first', 'second', 'both' or 'none', got {dynamic_mlp!r}")
         if linear2_context not in ('input', 'hidden'):
             raise ValueError(f"linear2_context must be 'input' or 'hidden', got {linear2_context!r}")
-        self.init_norm = nn.LayerNorm(self.embed_dims, eps=1e-6)
+        self.init_norm = build_token_norm(norm_cfg, self.embed_dims)
         static_linear, static_dwc = dict(type=StaticLinear), dict(type=StaticDWConv)
-        dpr = torch.linspace(0, drop_path_rate, self.depth).tolist()
+        dpr = torch.linspace(0, drop_path_rate, self.depth, device='cpu').tolist()
         blocks = []
         for i in range(self.depth):
             dyn = i in self.dynamic_ids
@@ -159,11 +189,35 @@ class WeightFormer(PlainBackbone):
                 linear1=dynamic_linear if dyn and dynamic_mlp in ('first', 'both') else static_linear,
                 linear2=dynamic_linear if dyn and dynamic_mlp in ('second', 'both') else static_linear,
                 norm_stream=dyn, drop=drop_rate, drop_path=dpr[i],
-                linear2_context=dyn and dynamic_mlp in ('second', 'both') and linear2_context == 'input'))
+                linear2_context=dyn and dynamic_mlp in ('second', 'both') and linear2_context == 'input',
+                norm_cfg=norm_cfg, ffn_type=ffn_type))
         self.blocks = nn.ModuleList(blocks)
         self.init_head(num_classes)
         self._init_released()
         self.freeze_stages(frozen_stages)
+
+    # the arguments of the release's hub models (model/hub_models.py), which their config.json records
+    RELEASE_HUB_KEYS = frozenset({'img_size', 'patch_size', 'in_chans', 'num_classes', 'embed_dim', 'depth',
+                                  'mlp_ratio', 'qkv_bias', 'representation_size', 'distilled', 'drop_rate',
+                                  'attn_drop_rate', 'drop_path_rate'})
+
+    @classmethod
+    def hub_arguments(cls, config: dict) -> dict:
+        """A ``config.json`` of ours as it is; one of the release's hub repositories (``RuizeHe/weightformer-t``,
+        ...) as the classifier it describes, whose forward gives the logits as the release's does
+        (``out_type='timm'``; pass ``out_type='featmap'`` and ``num_classes=0`` for a dense backbone)."""
+        if 'embed_dim' not in config:
+            return super().hub_arguments(config)
+        unknown = sorted(set(config) - cls.RELEASE_HUB_KEYS)
+        if unknown or config.get('distilled') or config.get('representation_size'):
+            raise ValueError(f'WeightFormer.from_pretrained: config.json looks like the release\'s but has '
+                             f'{unknown or "a distillation token or a representation layer"}, which WeightFormer '
+                             'does not have')
+        num_classes = config.get('num_classes', 1000)
+        return dict(arch=dict(embed_dims=config['embed_dim'], depth=config['depth'], mlp_ratio=config['mlp_ratio']),
+                    patch_size=config.get('patch_size', 16), in_channels=config.get('in_chans', 3),
+                    num_classes=num_classes, drop_rate=config.get('drop_rate', 0.0),
+                    drop_path_rate=config.get('drop_path_rate', 0.0), out_type='timm' if num_classes else 'featmap')
 
     def _init_released(self) -> None:
         """The release's init: Linear trunc_normal(0.02) with zero bias, LayerNorm (1, 0), convs and the
@@ -182,6 +236,58 @@ class WeightFormer(PlainBackbone):
         hw = self.grid(x)
         return self.init_norm(map_to_tokens(self.patch_embed(x))), hw, 0
 
-    def pool(self, x: torch.Tensor, prefix: int) -> torch.Tensor:
-        """Mean over the tokens."""
-        return x.mean(1)
+    def features(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        """Normed tokens (B, H*W, C) -> the (B, H, W, C) map (a view)."""
+        return x.unflatten(1, hw)
+
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, H, W, C) -> the mean over the tokens (B, C), as the release's mean over its token axis."""
+        return x.flatten(1, 2).mean(1)
+
+
+def _cfg(**kwargs) -> dict:
+    """A WeightFormer ``pretrained_cfg``: the release's evaluation (bicubic square resize to 256 / 224 of the input,
+    centre crop, ImageNet mean and std; its data/build.py), any input of at least 2 x 2 patches."""
+    return dict(dict(num_classes=1000, input_size=(3, 224, 224), pool_size=(14, 14), min_input_size=(3, 32, 32),
+                     crop_pct=0.875, crop_mode='squash', interpolation='bicubic', mean=IMAGENET_DEFAULT_MEAN,
+                     std=IMAGENET_DEFAULT_STD, first_conv='patch_embed.proj', classifier='head', license='mit',
+                     paper_ids='arXiv:2605.01711', origin_url='https://github.com/LeapLabTHU/WeightFormer'), **kwargs)
+
+
+# timm names: the released models, then the ImageNet variants of Table 2 (t18: 18 blocks) and Table 6 (how many
+# blocks are dynamic), each named after its config (configs/imagenet/<name with - for _>_in1k.py)
+_T18 = dict(arch='t18', dynamic_dwc=None)  # Table 2's networks with a static DWConv in the dynamic blocks
+TIMM_VARIANTS = {
+    'weightformer_t': dict(arch='t'),
+    'weightformer_s': dict(arch='s'),
+    'weightformer_b': dict(arch='b'),
+    'weightformer_t_static': dict(arch='t18', dynamic_blocks=[]),
+    'weightformer_t_dyn_linear1_dwc': dict(arch='t18'),
+    'weightformer_t_dyn_linear1': _T18,
+    'weightformer_t_dyn_linear2': dict(_T18, dynamic_mlp='second'),
+    'weightformer_t_dyn_linear12': dict(_T18, dynamic_mlp='both'),
+    'weightformer_t_dyn_dwc': dict(arch='t18', dynamic_mlp='none'),
+    'weightformer_t_dwc_gap': dict(arch='t18', dynamic_mlp='none', dynamic_dwc=dict(type='GAPDynamicDWConv')),
+    'weightformer_t_dwc_conv': dict(arch='t18', dynamic_mlp='none', dynamic_dwc=dict(type='ConvDynamicDWConv')),
+    'weightformer_t_dwc_ampdir': dict(arch='t18', dynamic_mlp='none', dynamic_dwc=dict(type='AmpDirDynamicDWConv')),
+    'weightformer_t_linear_gap': dict(_T18, dynamic_linear=dict(type='GAPDynamicLinear')),
+    'weightformer_t_linear_linear': dict(_T18, dynamic_linear=dict(type='LinearDynamicLinear')),
+    'weightformer_t_linear_linear_nopool': dict(_T18, dynamic_linear=dict(type='LinearDynamicLinear', pool=False)),
+    'weightformer_t_linear_nonlinear': dict(_T18, dynamic_linear=dict(type='NonlinearDynamicLinear')),
+    'weightformer_t_linear_deep': dict(_T18, dynamic_linear=dict(type='DeepDynamicLinear')),
+    'weightformer_t_dynamic_4': dict(arch='t', dynamic_blocks=dict(every=4, offset=1)),
+    'weightformer_t_dynamic_8': dict(arch='t', dynamic_blocks=dict(every=2, offset=1)),
+    'weightformer_t_dynamic_11': dict(arch='t', dynamic_blocks=[i for i in range(17) if i % 3]),
+    'weightformer_t_dynamic_14': dict(arch='t', dynamic_blocks=[i for i in range(17) if i % 6]),
+    'weightformer_t_dynamic_17': dict(arch='t', dynamic_blocks=dict(every=1, offset=0)),
+}
+
+# the release's ImageNet weights on the Hugging Face hub (model/hub_models.py; model.safetensors, release keys)
+default_cfgs = generate_default_cfgs({
+    **{f'weightformer_{size}.in1k': _cfg(hf_hub_id=f'RuizeHe/weightformer-{size}') for size in 'ts'},
+    'weightformer_b.in1k': _cfg(hf_hub_id='RuizeHe/weightformer-b', input_size=(3, 448, 448), pool_size=(28, 28)),
+    **{name: _cfg() for name in TIMM_VARIANTS if name not in ('weightformer_t', 'weightformer_s', 'weightformer_b')},
+})
+
+
+register_timm_models(WeightFormer, TIMM_VARIANTS, globals())

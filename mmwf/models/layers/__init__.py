@@ -25,8 +25,9 @@ from .dynamic_linear import (
                              NonlinearDynamicLinear,
                              StaticLinear,
 )
+from .ffn import FFN_TYPES, ffn_widths, swiglu
 from .implementation import implementation
-from .norm import LayerNorm2d
+from .norm import TOKEN_NORMS, LayerNorm2d, build_token_norm
 from .sequence import run_blocks
 from .tokens import (
                      PatchEmbed,
@@ -44,7 +45,8 @@ from .ttt_attention import TTTAttention
 OPERATORS = {'softmax': SoftmaxAttention, 'elu': ELUAttention, 'relu': ReLUAttention, 'inline': InLineAttention,
              'mhla': MHLAttention, 'ttt': TTTAttention}
 
-__all__ = ['LayerNorm2d', 'DynamicLinear', 'GAPDynamicLinear', 'LinearDynamicLinear', 'NonlinearDynamicLinear',
+__all__ = ['LayerNorm2d', 'TOKEN_NORMS', 'build_token_norm', 'FFN_TYPES', 'ffn_widths', 'swiglu',
+           'DynamicLinear', 'GAPDynamicLinear', 'LinearDynamicLinear', 'NonlinearDynamicLinear',
            'DeepDynamicLinear', 'BilateralDynamicLinear', 'StaticLinear', 'DynamicDWConv', 'GAPDynamicDWConv',
            'AdaptiveDynamicDWConv', 'AmpDirDynamicDWConv', 'ConvDynamicDWConv', 'StaticDWConv', 'AttentionBase',
            'KernelAttention', 'OPERATORS', 'SoftmaxAttention', 'ELUAttention', 'ReLUAttention', 'InLineAttention',

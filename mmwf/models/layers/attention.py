@@ -10,6 +10,7 @@ Sections cited below are those of docs/linear_attention.md.
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.nn as nn
@@ -33,6 +34,11 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(B, N, h * d)
 
 
+def without_autocast(device_type: str) -> AbstractContextManager:
+    """Autocast off on ``device_type`` (nothing to switch off where autocast does not exist, e.g. 'meta')."""
+    return torch.autocast(device_type, enabled=False) if torch.amp.is_autocast_available(device_type) else nullcontext()
+
+
 def accumulation_dtype(t: torch.Tensor) -> torch.dtype:
     """fp32, or the input's dtype when it is wider (fp64 in tests)."""
     return torch.promote_types(t.dtype, torch.float32)
@@ -49,7 +55,7 @@ def kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, eps: flo
     """o_i = q_i^T S / (q_i^T z + eps) with S = sum_j k_j v_j^T, z = sum_j k_j (eq. of section 2), for
     feature-mapped q, k (..., N, d) and v (..., N, d); in fp32, returned in v's dtype."""
     dtype, acc = v.dtype, accumulation_dtype(v)
-    with torch.autocast(q.device.type, enabled=False):
+    with without_autocast(q.device.type):
         q, k, v = q.to(acc), k.to(acc), v.to(acc)
         kv = k.transpose(-2, -1) @ v
         z = k.sum(-2, keepdim=True)
@@ -152,7 +158,7 @@ class InLineAttention(AttentionBase):
 
     def mix(self, q, k, v, hw):
         dtype, acc, N = v.dtype, accumulation_dtype(v), v.shape[-2]
-        with torch.autocast(q.device.type, enabled=False):
+        with without_autocast(q.device.type):
             q, k, v = q.to(acc), k.to(acc), v.to(acc)
             vbar = v.mean(-2, keepdim=True)
             cov = (k - k.mean(-2, keepdim=True)).transpose(-2, -1) @ (v - vbar) / N
@@ -164,7 +170,8 @@ def block_distance_mixing(grid: tuple[int, int], transform: str = 'cos') -> torc
     """MHLA's initial mixing matrix M (P x P) for a P_h x P_w block layout (section 5): m = f(D / max D) of the
     distances between block centres (row-major block index), each column normalised to sum 1."""
     rows, cols = grid
-    centres = torch.tensor([(r + 0.5, c + 0.5) for r in range(rows) for c in range(cols)], dtype=torch.float64)
+    centres = torch.tensor([(r + 0.5, c + 0.5) for r in range(rows) for c in range(cols)], dtype=torch.float64,
+                           device='cpu')
     dist = torch.cdist(centres, centres)
     rel = dist / dist.max() if dist.max() > 0 else dist
     if transform == 'cos':
@@ -173,7 +180,7 @@ def block_distance_mixing(grid: tuple[int, int], transform: str = 'cos') -> torc
         m = 1 - rel
     else:
         raise ValueError(f"unknown MHLA mixing init {transform!r}; choose 'cos' or 'linear'")
-    return (m / m.sum(0, keepdim=True)).float()
+    return (m / m.sum(0, keepdim=True)).to(torch.get_default_device(), torch.float32)  # where the model is built
 
 
 @MODELS.register_module()
@@ -235,7 +242,7 @@ class MHLAttention(AttentionBase):
             return partition(t, hw, block, self.blocks)
 
         valid = blocks(q.new_ones(1, 1, q.shape[-2], 1, dtype=acc))
-        with torch.autocast(q.device.type, enabled=False):
+        with without_autocast(q.device.type):
             m = self.block_mixing.to(acc)
             q = blocks(F.relu(q.to(acc)) + 1e-6) * valid
             k = blocks(F.relu(k.to(acc)) + 1e-6) * valid

@@ -4,6 +4,19 @@ import torch.nn.functional as F
 
 from mmwf.registry import MODELS
 
+# the token norms of the blocks (``norm_cfg``): the released LayerNorm, or RMSNorm (x / sqrt(mean(x^2) + eps) * g)
+TOKEN_NORMS = {'LN': nn.LayerNorm, 'RMSNorm': nn.RMSNorm}
+
+
+def build_token_norm(norm_cfg: dict, dim: int) -> nn.Module:
+    """The norm over the last (channel) dimension that ``norm_cfg`` names: ``dict(type='LN' | 'RMSNorm', eps=...)``
+    (eps defaults to 1e-6, the release's), with a learnt scale (and for LN a shift)."""
+    kind = norm_cfg.get('type')
+    if kind not in TOKEN_NORMS or set(norm_cfg) - {'type', 'eps'}:
+        raise ValueError(f'norm_cfg={dict(norm_cfg)}: give dict(type=T) or dict(type=T, eps=e) with T one of '
+                         f'{sorted(TOKEN_NORMS)}')
+    return TOKEN_NORMS[kind](dim, eps=norm_cfg.get('eps', 1e-6))
+
 
 @MODELS.register_module()
 class LayerNorm2d(nn.LayerNorm):

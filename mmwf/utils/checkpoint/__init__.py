@@ -10,6 +10,7 @@ from .read import (
     safe_checkpoint_globals,
     safe_loading,
     unwrap_state_dict,
+    whole_model_part,
 )
 from .strict import Mismatch, load_checked, load_strict, mismatch_lines, state_dict_mismatch
 from .write import (
@@ -24,7 +25,8 @@ from .write import (
 
 __all__ = ['CheckpointError', 'CheckpointMismatchError', 'UnsafeCheckpointError', 'diagnose', 'checkpoint_problem',
            'enable_safe_mmengine_checkpoints', 'load_checkpoint_file', 'load_state_dict_file', 'load_weights_only',
-           'read_state_dict', 'safe_checkpoint_globals', 'safe_loading', 'unwrap_state_dict', 'Mismatch',
+           'read_state_dict', 'safe_checkpoint_globals', 'safe_loading', 'unwrap_state_dict', 'whole_model_part',
+           'Mismatch',
            'load_checked', 'load_strict', 'mismatch_lines', 'state_dict_mismatch', 'ATOMIC_BACKEND',
            'AtomicLocalBackend', 'atomic_save', 'atomic_write', 'plain_checkpoint', 'register_atomic_backend',
            'restore_checkpoint']

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -120,6 +121,25 @@ def cached_download(url: str) -> str:
     return cached
 
 
+HUB_FILE_URL = re.compile(r'https://huggingface\.co/(?P<repo>[^/]+/[^/]+)/(?:resolve|blob)/(?P<rev>[^/]+)/(?P<file>.+)')
+
+
+def hub_download(url: str) -> str | None:
+    """The local copy of a Hugging Face hub file link (``https://huggingface.co/<repo>/resolve/<revision>/<file>``)
+    in the hub's own cache (``huggingface_hub.hf_hub_download``: shared with timm and ``from_pretrained``, offline
+    mode and tokens honoured); None for any other address."""
+    match = HUB_FILE_URL.fullmatch(url)
+    if match is None:
+        return None
+    from huggingface_hub import hf_hub_download
+    try:
+        return hf_hub_download(match['repo'], match['file'], revision=match['rev'])
+    except OSError as err:  # the hub's HTTP and not-in-cache errors are OSErrors
+        raise FileNotFoundError(f'cannot download checkpoint {url!r} from the Hugging Face hub: {err}. Check the '
+                                'address and the network (or HF_HUB_OFFLINE and the hub cache), or download the file '
+                                'yourself and give its local path.') from err
+
+
 def _named_url(scheme: str, name: str, table: dict) -> str:
     if name not in table:
         import difflib
@@ -131,7 +151,8 @@ def _named_url(scheme: str, name: str, table: dict) -> str:
 
 
 def resolve_address(address: str) -> str:
-    """The local file behind ``address``: a URL downloaded (:func:`cached_download`), mmengine's ``torchvision://``
+    """The local file behind ``address``: a Hugging Face hub link in the hub's cache (:func:`hub_download`), another
+    URL downloaded (:func:`cached_download`), mmengine's ``torchvision://``
     (``modelzoo://``), ``open-mmlab://`` (``openmmlab://``) and ``mmcls://`` names looked up in mmengine's tables
     and downloaded; a local path as it is."""
     from mmengine.runner import checkpoint as mmengine_checkpoint
@@ -139,7 +160,7 @@ def resolve_address(address: str) -> str:
     if not name:
         return os.path.expanduser(address)
     if scheme in ('http', 'https'):
-        return cached_download(address)
+        return hub_download(address) or cached_download(address)
     if scheme in ('torchvision', 'modelzoo'):
         return cached_download(_named_url(f'{scheme}://', name, mmengine_checkpoint.get_torchvision_models()))
     if scheme in ('open-mmlab', 'openmmlab'):
@@ -199,10 +220,9 @@ def read_state_dict(path: str, prefix: str | None = None, hint: str = '',
         state = load_state_dict_file(path, map_location)
     except FileNotFoundError as err:
         raise FileNotFoundError(f'{err} {hint}'.strip()) from None
-    whole = prefix is None
-    if whole:
-        prefix = next((p for p in WHOLE_MODEL_PREFIXES if any(k.startswith(p) for k in state)), None)
-    elif prefix and not prefix.endswith('.'):
+    if prefix is None:
+        return whole_model_part(state, path)
+    if prefix and not prefix.endswith('.'):
         prefix += '.'
     if not prefix:
         return state
@@ -211,10 +231,19 @@ def read_state_dict(path: str, prefix: str | None = None, hint: str = '',
         raise CheckpointError(f'cannot read checkpoint {path!r}: it has no keys under prefix {prefix!r} (its keys '
                               f'start with {modules_of(list(state))}). Set the init_cfg\'s prefix to where the '
                               "backbone's keys are, or leave it out.")
-    if whole:
-        others = [k for k in state if not k.startswith(prefix)]
-        print_log(f'{path}: a whole-model checkpoint; using its {len(kept)} {prefix!r} tensors'
-                  + (f', not the {len(others)} of {modules_of(others)}' if others else ''), logger='current')
+    return kept
+
+
+def whole_model_part(state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """A backbone's tensors from ``state``: the ``student.backbone.`` keys of a distiller, else the ``backbone.``
+    keys of a detector, segmentor or classifier (stripped and logged, naming ``source``), else ``state`` itself."""
+    prefix = next((p for p in WHOLE_MODEL_PREFIXES if any(k.startswith(p) for k in state)), None)
+    if prefix is None:
+        return state
+    kept = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    others = [k for k in state if not k.startswith(prefix)]
+    print_log(f'{source}: a whole-model checkpoint; using its {len(kept)} {prefix!r} tensors'
+              + (f', not the {len(others)} of {modules_of(others)}' if others else ''), logger='current')
     return kept
 
 
