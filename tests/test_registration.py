@@ -122,7 +122,8 @@ SNAPSHOT = textwrap.dedent('''
             prefixes=dict(fileio.prefix_to_backends),
             buffer={k: v for k, v in vars(HistoryBuffer).items() if k != '_statistics_methods'},
             safe_globals=[g for g in torch.serialization.get_safe_globals()  # torch's own modules add theirs
-                          if not getattr(g, '__module__', '').startswith('torch.')], registries=registries())
+                          if not getattr(g, '__module__', '').startswith('torch.')], registries=registries(),
+            timm_modules={m: sorted(names) for m, names in timm.models._registry._module_to_models.items()})
 
     before = snapshot()
     from mmengine.config import Config
@@ -130,7 +131,8 @@ SNAPSHOT = textwrap.dedent('''
         Config.fromfile(path)
     assert 'mmwf' in sys.modules
     after = snapshot()
-    changed = [key for key in before if key != 'registries' and before[key] != after[key]]
+    changed = [key for key in before if key not in ('registries', 'timm_modules') and before[key] != after[key]]
+    changed += [f'timm module {m}' for m, names in before['timm_modules'].items() if after['timm_modules'][m] != names]
     for name, entries in before['registries'].items():
         replaced = [k for k, v in entries.items() if after['registries'][name].get(k) is not v]
         if replaced:
@@ -145,7 +147,7 @@ SNAPSHOT = textwrap.dedent('''
 def test_import_and_configs_change_nothing_they_do_not_own():
     """A fresh process: mmdet / mmseg / mmpretrain registered, then every family's mmwf config parsed (which
     imports mmwf): mmengine's checkpoint schemes and file backends, HistoryBuffer, torch's weights-only allow-list
-    and every registry entry that existed (timm's models included) stay as they were."""
+    and every registry entry that existed (timm's models and its module listings included) stay as they were."""
     root = Path(__file__).resolve().parents[1] / 'configs'
     configs = [root / 'cascade_wf_t_coco.py', root / 'upernet_wf_t_ade20k.py', root / 'imagenet/weightformer_t_in1k.py',
                root / 'generation/wf_dit_s_2_in256.py', root / 'linear_attention/mask_rcnn_deit_b_relu_copy_coco.py']

@@ -47,8 +47,8 @@ def build_classifier(name: str, **timm_args) -> Classifier:
     """:func:`classifier_config` built, or one of mmwf's timm models (``weightformer_t``, ``deit_t_relu``, ...)
     created with ``timm_args`` (e.g. ``norm_layer='rmsnorm'``, ``mlp_layer='swiglu'``); random weights, eval
     mode."""
-    from mmwf.models.backbones import deit, weightformer
-    if name in weightformer.TIMM_VARIANTS or name in deit.TIMM_VARIANTS:
+    from mmwf.models.backbones import deit_study, weightformer
+    if name in weightformer.TIMM_VARIANTS or name in deit_study.TIMM_VARIANTS:
         import timm
         return Classifier(timm.create_model(name, **timm_args)).eval()
     if timm_args:

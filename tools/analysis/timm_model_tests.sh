@@ -19,8 +19,8 @@ if [ ! -f "$DIR/timm-$VER/tests/test_models.py" ]; then
   "$PY" -m pip download --no-deps --no-binary :all: "timm==$VER" -d "$DIR" -q --disable-pip-version-check
   tar xzf "$DIR/timm-$VER.tar.gz" -C "$DIR"
 fi
-NAMES=$("$PY" -c 'from mmwf.models.backbones import deit, weightformer
-print(" or ".join([*weightformer.TIMM_VARIANTS, *deit.TIMM_VARIANTS]))')
+NAMES=$("$PY" -c 'from mmwf.models.backbones import deit_study, weightformer
+print(" or ".join([*weightformer.TIMM_VARIANTS, *deit_study.TIMM_VARIANTS]))')
 cd "$DIR/timm-$VER"
 exec "$PY" -m pytest -p mmwf tests/test_models.py -k "($NAMES) $DESELECT ${ONLY:+and ($ONLY)}" -p no:cacheprovider \
   -W ignore "$@"

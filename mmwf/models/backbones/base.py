@@ -11,6 +11,7 @@ through timm's ``build_model_with_cfg`` for the names each family registers with
 """
 from __future__ import annotations
 
+import logging
 import os
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -26,7 +27,7 @@ from mmengine.model import BaseModule
 
 from mmwf.models.initializers import init_weights_pretrained_last
 from mmwf.models.layers import PatchEmbed, build_token_norm, resolve_arch, run_blocks, tokens_to_map
-from mmwf.utils.checkpoint import load_state_dict_file, load_strict, whole_model_part
+from mmwf.utils.checkpoint import load_state_dict_file, load_strict, mismatch_lines, whole_model_part
 
 
 def resolve_out_indices(out_indices: int | Sequence[int], depth: int, name: str) -> list[int]:
@@ -182,27 +183,44 @@ class PlainBackbone(BaseModule, PyTorchModelHubMixin, library_name='mmwf', tags=
                              for i in range(self.depth)]
         with_norm = self.final_norm or num_classes
         self.norm = build_token_norm(self.norm_cfg, self.embed_dims) if with_norm else nn.Identity()
-        self.reset_classifier(num_classes, self.pools()[0] if global_pool is None else global_pool)
+        self.set_pool(self.pools()[0] if global_pool is None else global_pool)
+        self.set_head(num_classes)  # initialised with the family's other linears
 
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """A new ``head`` for ``num_classes`` (trunc_normal(0.02) weights, zero bias, on the model's device and
-        dtype; 0: none, or an identity with ``out_type='timm'``), and the pooling ``global_pool`` (None keeps it),
-        as timm's ``reset_classifier``."""
-        if global_pool is not None:
-            if global_pool not in (*self.pools(), ''):
-                raise ValueError(f'{type(self).__name__} global_pool must be one of {self.pools()} or \'\' (no '
-                                 f'pooling), got {global_pool!r}')
-            self.global_pool = global_pool
+    def set_pool(self, global_pool: str) -> None:
+        """Pool by ``global_pool`` (one of :meth:`pools`, or ``''``: no pooling)."""
+        if global_pool not in (*self.pools(), ''):
+            raise ValueError(f'{type(self).__name__} global_pool must be one of {self.pools()} or \'\' (no '
+                             f'pooling), got {global_pool!r}')
+        self.global_pool = global_pool
+
+    def set_head(self, num_classes: int) -> None:
+        """A ``head`` for ``num_classes`` on the model's device and dtype, in its mode (PyTorch's default init);
+        0: none, or an identity with ``out_type='timm'``."""
         self.num_classes = num_classes
         ref = self.patch_embed.proj.weight
         if num_classes > 0:
             self.head = nn.Linear(self.embed_dims, num_classes, device=ref.device, dtype=ref.dtype)
-            nn.init.trunc_normal_(self.head.weight, std=0.02)
-            nn.init.zeros_(self.head.bias)
         else:
             self.head = nn.Identity() if self.out_type == 'timm' else None
         if self.head is not None:
             self.head.train(self.training)
+
+    def record(self, **arguments) -> None:
+        """Keep the constructor arguments the hub mixin saves (``config.json``) true to the model after a change
+        made after construction."""
+        if isinstance(self._hub_mixin_config, dict):
+            self._hub_mixin_config.update(arguments)
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """timm's ``reset_classifier``: a new ``head`` for ``num_classes`` (trunc_normal(0.02) weights, zero bias;
+        0: none, or an identity with ``out_type='timm'``) and the pooling ``global_pool`` (None keeps it)."""
+        if global_pool is not None:
+            self.set_pool(global_pool)
+        self.set_head(num_classes)
+        if isinstance(self.head, nn.Linear):
+            nn.init.trunc_normal_(self.head.weight, std=0.02)
+            nn.init.zeros_(self.head.bias)
+        self.record(num_classes=num_classes, global_pool=self.global_pool)
 
     def get_classifier(self) -> nn.Module | None:
         """The ImageNet head (timm's API)."""
@@ -289,9 +307,17 @@ class PlainBackbone(BaseModule, PyTorchModelHubMixin, library_name='mmwf', tags=
         """Drop the blocks after the last of ``indices`` (and ``norm`` with ``prune_norm``, the head and pooling
         with ``prune_head``), as timm's feature wrapper does; returns the block indices taken."""
         taken, last = take_indices(indices, len(self.blocks), type(self).__name__)
+        if last + 1 < self.depth:  # the kept blocks' outputs stay as they were: no final norm on the new last one
+            self.final_norm = False
         self.blocks = self.blocks[:last + 1]
         self.depth = len(self.blocks)
+        self.arch = dict(self.arch, depth=self.depth)
+        self.out_indices = [i for i in self.out_indices if i < self.depth] or [self.depth - 1]
         self.feature_info = self.feature_info[:self.depth]
+        config = self._hub_mixin_config if isinstance(self._hub_mixin_config, dict) else {}
+        kept = {key: [i for i in config[key] if i % (self.depth + 1) < self.depth]  # block lists, negatives dropped
+                for key in ('dynamic_blocks', 'window_block_indexes') if isinstance(config.get(key), list)}
+        self.record(arch=self.arch, out_indices=self.out_indices, final_norm=self.final_norm, **kept)
         if prune_norm:
             self.norm = nn.Identity()
         if prune_head:
@@ -350,7 +376,10 @@ class PlainBackbone(BaseModule, PyTorchModelHubMixin, library_name='mmwf', tags=
                                    cache_dir=cache_dir, force_download=force_download,
                                    local_files_only=local_files_only, token=token)
         state = model.checkpoint_filter_fn(load_state_dict_file(path, map_location))
-        load_strict(model, state, path, strict=strict)
+        mismatch = load_strict(model, state, path, strict=strict)
+        if mismatch:
+            print_log('\n'.join([f'{path}: loaded with strict=False; what did not match:', *mismatch_lines(mismatch)]),
+                      logger='current', level=logging.WARNING)
         return model.to(map_location).eval()
 
     def checkpoint_filter_fn(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -383,11 +412,11 @@ def _timm_option(value: str, table: dict, name: str) -> str:
 
 
 def _timm_constructor(model_cls: type[PlainBackbone], in_chans: int = 3, num_classes: int = 1000,
-                      global_pool: str | None = None, norm_layer: str | None = None, mlp_layer: str | None = None,
+                      norm_layer: str | None = None, mlp_layer: str | None = None,
                       device: torch.device | str | None = None, dtype: torch.dtype | None = None,
                       **kwargs) -> PlainBackbone:
-    """timm's model arguments (``in_chans``, ``global_pool``, ``norm_layer`` 'layernorm' / 'rmsnorm',
-    ``mlp_layer`` 'mlp' / 'swiglu', ``device``, ``dtype``) -> the family's; any other argument goes to the family,
+    """timm's model arguments (``in_chans``, ``norm_layer`` 'layernorm' / 'rmsnorm', ``mlp_layer`` 'mlp' /
+    'swiglu', ``device``, ``dtype``) -> the family's; any other argument (``global_pool`` too) goes to the family,
     which refuses what it does not take (TypeError, as timm expects)."""
     if norm_layer is not None:
         kwargs['norm_cfg'] = dict(type=_timm_option(norm_layer, TIMM_NORM_LAYERS, 'norm_layer'))
@@ -395,8 +424,6 @@ def _timm_constructor(model_cls: type[PlainBackbone], in_chans: int = 3, num_cla
         kwargs['ffn_type'] = _timm_option(mlp_layer, TIMM_MLP_LAYERS, 'mlp_layer')
     with torch.device(device) if device is not None else nullcontext():
         model = model_cls(in_channels=in_chans, num_classes=num_classes, out_type='timm', **kwargs)
-    if global_pool is not None:
-        model.reset_classifier(num_classes, global_pool)
     return model.to(dtype=dtype) if dtype is not None else model
 
 

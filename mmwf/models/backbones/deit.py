@@ -5,7 +5,7 @@ Keys follow timm's ``VisionTransformer`` (``patch_embed.proj``, ``cls_token``, `
 timm checkpoints load as they are. The absolute position embedding, pretrained on a 14 x 14 grid, is
 resampled (bicubic) to the input grid. ViTDet-style window attention (no class token) can be enabled in
 chosen blocks; the attention operator is chosen by ``attn_cfg`` (``layers/attention.py``). The DeiTs of the
-linear-attention study are timm models too (``deit_t_relu``, ...; :data:`TIMM_VARIANTS`).
+linear-attention study are timm models too (``deit_t_relu``, ...; ``deit_study.py``).
 """
 from __future__ import annotations
 
@@ -15,9 +15,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 from mmengine.logging import print_log
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import DropPath, Mlp, SwiGLUPacked, resample_abs_pos_embed
-from timm.models import generate_default_cfgs
 
 from mmwf.models.layers import (
                                 OPERATORS,
@@ -29,9 +27,9 @@ from mmwf.models.layers import (
 )
 from mmwf.registry import MODELS
 
-from .base import PlainBackbone, register_timm_models
+from .base import PlainBackbone
 
-__all__ = ['DeiT', 'DeiTBlock', 'TIMM_VARIANTS']  # and the timm entry points registered below
+__all__ = ['DeiT', 'DeiTBlock']
 
 
 class DeiTBlock(nn.Module):
@@ -113,7 +111,9 @@ class DeiT(PlainBackbone):
             Defaults to ``'mlp'``.
         with_cp (bool): activation checkpointing while training. Defaults to False.
         num_classes (int): > 0 adds the head for :meth:`forward_classifier` (class token, or the mean patch token
-            for operators without one). Defaults to 0.
+            for operators without one and with window attention). Defaults to 0.
+        global_pool (str, optional): the classifier's pooling: ``'token'``, ``'avg'`` or ``''`` (none). Defaults to
+            None: ``'token'`` where the model has a class token, else ``'avg'``.
         out_type (str): ``'featmap'`` (dense maps), ``'logits'`` (classifier logits, for mmpretrain) or ``'timm'``
             (timm's contract). Defaults to ``'featmap'``.
         init_cfg (dict | list[dict], optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads a DeiT / timm
@@ -152,6 +152,7 @@ class DeiT(PlainBackbone):
                  ffn_type: str = 'mlp',
                  with_cp: bool = False,
                  num_classes: int = 0,
+                 global_pool: str | None = None,
                  out_type: str = 'featmap',
                  init_cfg: dict | list | None = None) -> None:
         super().__init__(arch, in_channels, patch_size, out_indices, final_norm, with_cp, out_type, init_cfg,
@@ -169,18 +170,18 @@ class DeiT(PlainBackbone):
         if with_cls_token is None:
             with_cls_token = self.classify_by_cls_token and not windowed
         self.with_cls_token = with_cls_token
-        self.num_prefix_tokens = int(self.classify_by_cls_token)  # in forward_features
         self.pretrain_grid = pretrain_size // patch_size
         C = self.embed_dims
-        if with_cls_token or (num_classes and self.classify_by_cls_token):
+        if with_cls_token or (num_classes and self.classify_by_cls_token and not windowed):
             self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
+        self.num_prefix_tokens = int(hasattr(self, 'cls_token'))  # before the patch tokens in forward_features
         self.pos_embed = nn.Parameter(torch.zeros(1, 1 + self.pretrain_grid ** 2, C))
         dpr = torch.linspace(0, drop_path_rate, self.depth, device='cpu').tolist()
         self.blocks = nn.ModuleList(
             DeiTBlock(C, self.arch['num_heads'], self.arch['mlp_ratio'], attn_cfg,
                       window_size if i in window_block_indexes else 0, dpr[i], layer_scale, norm_cfg, ffn_type)
             for i in range(self.depth))
-        self.init_head(num_classes)
+        self.init_head(num_classes, global_pool)
         self._init_timm()
         self.freeze_stages(frozen_stages)
 
@@ -202,17 +203,17 @@ class DeiT(PlainBackbone):
 
     def embed(self, x: torch.Tensor, classify: bool) -> tuple[torch.Tensor, tuple[int, int], int]:
         """Images -> tokens (B, [1 +] H*W, C) with position embedding; the class token leads when the blocks
-        take one (``with_cls_token``, or classifying with an operator that has one)."""
+        take one (``with_cls_token``; classifying, whenever the model has one)."""
         hw = self.grid(x)
         x = self.patch_embed(x).flatten(2).transpose(1, 2) + self.patch_pos_embed(hw)
-        if not (self.classify_by_cls_token if classify else self.with_cls_token):
+        if not (self.num_prefix_tokens if classify else self.with_cls_token):
             return x, hw, 0
         cls = self.cls_token + self.pos_embed[:, :1]
         return torch.cat([cls.expand(x.shape[0], -1, -1), x], dim=1), hw, 1
 
     def pools(self) -> tuple[str, ...]:
-        """``'token'`` first where the operator takes a class token, then ``'avg'``."""
-        return ('token', 'avg') if self.classify_by_cls_token else ('avg',)
+        """``'token'`` first where the model has a class token, then ``'avg'``."""
+        return ('token', 'avg') if self.num_prefix_tokens else ('avg',)
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
         """The class token (``'token'``) or the mean patch token (``'avg'``)."""
@@ -237,27 +238,3 @@ class DeiT(PlainBackbone):
                       f'{self.pretrain_grid * self.patch_size})', logger='current')
         return state_dict
 
-
-def _cfg(**kwargs) -> dict:
-    """A DeiT ``pretrained_cfg``: evaluated as the study's configs evaluate (bicubic square resize to 256 / 224 of
-    the input, centre crop, ImageNet mean and std); any input size (the position table is resampled)."""
-    return dict(num_classes=1000, input_size=(3, 224, 224), crop_pct=0.875, crop_mode='squash',
-                interpolation='bicubic', mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD,
-                first_conv='patch_embed.proj', classifier='head', **kwargs)
-
-
-# timm names: the DeiTs of the linear-attention study, deit_{t,s,b}_{operator} after their configs
-# (configs/imagenet/deit_<size>_<operator>_in1k.py); the softmax ones load the official DeiT weights
-# (timm's hub copies; timm's own names for them are deit_{tiny,small,base}_patch16_224)
-TIMM_VARIANTS = {f'deit_{size}_{op}': dict(arch=size, attn_cfg=dict(type=cls.__name__))
-                 for size in DeiT.ARCH_SETTINGS for op, cls in OPERATORS.items()}
-_OFFICIAL = dict(t='tiny', s='small', b='base')
-
-default_cfgs = generate_default_cfgs({
-    **{f'deit_{size}_softmax.fb_in1k': _cfg(hf_hub_id=f'timm/deit_{name}_patch16_224.fb_in1k', license='apache-2.0')
-       for size, name in _OFFICIAL.items()},
-    **{name: _cfg() for name in TIMM_VARIANTS if not name.endswith('_softmax')},
-})
-
-
-register_timm_models(DeiT, TIMM_VARIANTS, globals())

@@ -128,6 +128,8 @@ class WeightFormer(PlainBackbone):
         with_cp (bool): activation checkpointing of every block while training. Defaults to False.
         num_classes (int): > 0 adds the ImageNet head (final norm, mean over tokens, Linear) for
             :meth:`forward_classifier`. Defaults to 0.
+        global_pool (str, optional): the classifier's pooling, ``'avg'`` or ``''`` (none). Defaults to None
+            (``'avg'``).
         out_type (str): ``'featmap'`` (dense maps), ``'logits'`` (classifier logits, for mmpretrain) or ``'timm'``
             (timm's contract). Defaults to ``'featmap'``.
         init_cfg (dict | list[dict], optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads a released or
@@ -168,6 +170,7 @@ class WeightFormer(PlainBackbone):
                  ffn_type: str = 'mlp',
                  with_cp: bool = False,
                  num_classes: int = 0,
+                 global_pool: str | None = None,
                  out_type: str = 'featmap',
                  init_cfg: dict | list | None = None) -> None:
         super().__init__(arch, in_channels, patch_size, out_indices, final_norm, with_cp, out_type, init_cfg,
@@ -192,7 +195,7 @@ class WeightFormer(PlainBackbone):
                 linear2_context=dyn and dynamic_mlp in ('second', 'both') and linear2_context == 'input',
                 norm_cfg=norm_cfg, ffn_type=ffn_type))
         self.blocks = nn.ModuleList(blocks)
-        self.init_head(num_classes)
+        self.init_head(num_classes, global_pool)
         self._init_released()
         self.freeze_stages(frozen_stages)
 

@@ -128,7 +128,7 @@ def hub_download(url: str) -> str | None:
     """The local copy of a Hugging Face hub file link (``https://huggingface.co/<repo>/resolve/<revision>/<file>``)
     in the hub's own cache (``huggingface_hub.hf_hub_download``: shared with timm and ``from_pretrained``, offline
     mode and tokens honoured); None for any other address."""
-    match = HUB_FILE_URL.fullmatch(url)
+    match = HUB_FILE_URL.fullmatch(urlparse(url)._replace(query='', fragment='').geturl())  # '?download=true' too
     if match is None:
         return None
     from huggingface_hub import hf_hub_download

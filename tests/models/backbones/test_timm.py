@@ -4,17 +4,19 @@ import inspect
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import timm
 import torch
 from mmengine.config import Config
+from mmengine.logging import MessageHub
 from safetensors.torch import save_file
 from timm.optim import param_groups_layer_decay
 
 import mmwf  # noqa: F401
-from mmwf.models.backbones import DeiT, WeightFormer
-from mmwf.models.backbones import deit as deit_module
+from mmwf.models.backbones import DeiT, WeightFormer, deit_study
 from mmwf.models.backbones import weightformer as wf_module
+from mmwf.utils.checkpoint import plain_checkpoint
 from tests.hub_cache import offline_hub_repo
 
 TINY_WF = dict(embed_dims=32, depth=4, mlp_ratio=2)
@@ -30,11 +32,14 @@ def timm_name(config: Path) -> str:
 
 
 def test_every_registered_name_is_new_to_timm_and_listed():
-    names = [*wf_module.TIMM_VARIANTS, *deit_module.TIMM_VARIANTS]
+    names = [*wf_module.TIMM_VARIANTS, *deit_study.TIMM_VARIANTS]
     assert len(names) == 22 + 18
     assert sorted(timm.list_models(['weightformer*', 'deit_[tsb]_*'])) == sorted(names)
     for name in names:  # each resolves to our entry point in our module
-        assert timm.models.model_entrypoint(name).__module__ in (wf_module.__name__, deit_module.__name__)
+        assert timm.models.model_entrypoint(name).__module__ in (wf_module.__name__, deit_study.__name__)
+    # timm files them under modules of their own, not under its deit
+    assert sorted(timm.list_models(module=['weightformer', 'deit_study'])) == sorted(names)
+    assert not set(timm.list_models(module='deit')) & set(names)
     # the released models carry the release's hub weights; the others are untrained
     assert sorted(timm.list_pretrained(['weightformer*', 'deit_[tsb]_*'])) == [
         'deit_b_softmax.fb_in1k', 'deit_s_softmax.fb_in1k', 'deit_t_softmax.fb_in1k',
@@ -45,8 +50,8 @@ def test_every_registered_name_is_new_to_timm_and_listed():
 def test_each_imagenet_config_is_the_timm_model_of_its_name(config):
     """The timm entry point builds what the config's backbone builds (same arguments, recipe aside)."""
     backbone = Config.fromfile(str(config)).model.backbone.to_dict()
-    family = {'WeightFormer': wf_module, 'DeiT': deit_module}[backbone['type']]
-    cls = getattr(family, backbone['type'])
+    family = {'WeightFormer': wf_module, 'DeiT': deit_study}[backbone['type']]
+    cls = {'WeightFormer': WeightFormer, 'DeiT': DeiT}[backbone['type']]
     defaults = {name: p.default for name, p in inspect.signature(cls).parameters.items()}
     arch = {k: v for k, v in backbone.items() if k not in RECIPE_KEYS}
     assert {**defaults, **family.TIMM_VARIANTS[timm_name(config)]} == {**defaults, **arch}
@@ -119,6 +124,40 @@ def test_deit_is_timms_vision_transformer():
         torch.testing.assert_close(ours(x), ref(x))
 
 
+@pytest.mark.parametrize('kwargs', [dict(with_cls_token=False), dict(window_size=2, window_block_indexes=(0, 2)),
+                                    dict(attn_cfg=dict(type='MHLAttention'))],
+                         ids=['no-class-token', 'windows', 'mhla'])
+def test_dense_deit_without_class_token_gives_its_maps(kwargs):
+    """The dense DeiTs of the detection and segmentation configs have no class token: forward_features and
+    forward_intermediates run them as the OpenMMLab forward does."""
+    dense = DeiT(TINY_DEIT, out_indices=(0, 1, 2), final_norm=False, pretrain_size=64, **kwargs).eval()
+    assert not hasattr(dense, 'cls_token') and dense.pools() == ('avg',)
+    x = torch.randn(2, 3, 64, 48)
+    with torch.no_grad():
+        for got, want in zip(dense.forward_intermediates(x, intermediates_only=True), dense(x), strict=True):
+            torch.testing.assert_close(got, want)
+        assert dense.forward_features(x).shape == (2, 12, 32)
+
+
+def test_pruning_keeps_the_kept_blocks_outputs_and_the_saved_config(tmp_path):
+    """prune_intermediate_layers keeps what the kept blocks returned (no final norm moved onto the new last block),
+    keeps out_indices within the blocks, and save_pretrained records the pruned network."""
+    model = WeightFormer(TINY_WF, out_indices=(1, 2, 3), dynamic_blocks=[0, 3]).eval()
+    x = torch.randn(1, 3, 64, 48)
+    with torch.no_grad():
+        before = model(x)[:2]
+        assert model.prune_intermediate_layers([1, 2], prune_head=False) == [1, 2]
+        assert model.out_indices == [1, 2] and len(model.blocks) == 3
+        for got, want in zip(model(x), before, strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    model.save_pretrained(tmp_path / 'pruned')
+    again = WeightFormer.from_pretrained(tmp_path / 'pruned')
+    assert len(again.blocks) == 3 and again.out_indices == [1, 2] and again.dynamic_ids == {0}
+    with torch.no_grad():
+        for got, want in zip(again(x), before, strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_intermediates_and_features_only_are_the_dense_backbones_maps():
     """forward_intermediates and features_only=True give the block outputs the OpenMMLab backbone returns for the
     same out_indices; the final output of forward_intermediates is forward_features."""
@@ -183,8 +222,14 @@ def test_pretrained_from_a_file_a_whole_model_checkpoint_and_the_hub_cache(tmp_p
                 torch.testing.assert_close(state[key], value, rtol=0, atol=0)
 
     assert_loaded(timm.create_model('weightformer_t', pretrained=True, pretrained_cfg_overlay=dict(file=str(safe))))
-    whole = tmp_path / 'epoch_300.pth'
-    torch.save(dict(meta=dict(epoch=300), state_dict={f'backbone.{k}': v for k, v in released.items()}), whole)
+    whole = tmp_path / 'epoch_300.pth'  # as an mmwf run writes it (SafeCheckpointHook: the message hub as plain data)
+    hub = MessageHub('run')
+    hub.update_scalar('train/loss', np.float32(0.5))
+    hub.update_info('iter', 300)
+    checkpoint = dict(meta=dict(epoch=300, seed=np.int64(0)), message_hub=hub.state_dict(),
+                      state_dict={f'backbone.{k}': v for k, v in released.items()})
+    plain_checkpoint(checkpoint)
+    torch.save(checkpoint, whole)
     assert_loaded(timm.create_model('weightformer_t', pretrained=True, pretrained_cfg_overlay=dict(file=str(whole))))
 
     offline_hub_repo(tmp_path / 'hub', 'RuizeHe/weightformer-t', {'model.safetensors': safe.read_bytes()}, monkeypatch)
@@ -198,3 +243,16 @@ def test_pretrained_from_a_file_a_whole_model_checkpoint_and_the_hub_cache(tmp_p
     save_file(WeightFormer('s', num_classes=1000).state_dict(), str(other))
     with pytest.raises(RuntimeError, match='size mismatch for patch_embed.proj.weight'):
         timm.create_model('weightformer_t', pretrained=True, pretrained_cfg_overlay=dict(file=str(other)))
+
+
+def test_new_head_and_pooling_survive_save_pretrained(tmp_path):
+    """reset_classifier and timm's global_pool are what from_pretrained builds again."""
+    model = timm.create_model('deit_t_relu', arch=dict(embed_dims=32, depth=2, num_heads=2, mlp_ratio=2),
+                              global_pool='avg').eval()
+    model.reset_classifier(10)
+    model.save_pretrained(tmp_path / 'repo')
+    again = DeiT.from_pretrained(tmp_path / 'repo')
+    assert (again.global_pool, again.num_classes, again.out_type) == ('avg', 10, 'timm')
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(again(x), model(x), rtol=0, atol=0)
