@@ -89,7 +89,8 @@ def generation_demo(args) -> str:
     real, real_labels = load_class_folder(osp.join(root, 'val'), size)
     classes = sorted(os.listdir(osp.join(root, 'train')))
     print(f'[gen] training the demo classifier on {len(train_images)} real images', flush=True)
-    classifier = train_classifier(train_images, train_labels, len(classes))
+    classifier = train_classifier(train_images, train_labels, len(classes),
+                                  **({'steps': args.max_iters} if args.max_iters else {}))
     labels = torch.arange(len(classes)).repeat_interleave(args.samples_per_class)
     rows, titles, parts = [], [], []
     init_default_scope('mmengine')
@@ -122,7 +123,8 @@ def main() -> None:
     parser.add_argument('--tasks', nargs='+', default=list(DEFAULT_TASKS), choices=list(TASKS))
     parser.add_argument('--work-dir', default=osp.join(ROOT, 'work_dirs', 'demo'))
     parser.add_argument('--data-root', default=osp.join(ROOT, 'data', 'demo'))
-    parser.add_argument('--max-iters', type=int, help='shorter schedule (for tests)')
+    parser.add_argument('--max-iters', type=int, help='shorter schedule (for tests): every training, the generation '
+                        "demo's judging classifier too")
     parser.add_argument('--samples-per-class', type=int, default=50, help='gen: samples of each class and model')
     parser.add_argument('--cfg-options', nargs='+', default=[], help='extra k=v overrides for every task')
     parser.add_argument('--num-images', type=int, nargs=2, default=(160, 40), metavar=('TRAIN', 'VAL'),

@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 from timm.optim import param_groups_layer_decay
 
 import mmwf  # noqa: F401
+from mmwf.configs import metafile_models
 from mmwf.models.backbones import DeiT, WeightFormer, deit_study
 from mmwf.models.backbones import weightformer as wf_module
 from mmwf.utils.checkpoint import plain_checkpoint
@@ -40,10 +41,15 @@ def test_every_registered_name_is_new_to_timm_and_listed():
     # timm files them under modules of their own, not under its deit
     assert sorted(timm.list_models(module=['weightformer', 'deit_study'])) == sorted(names)
     assert not set(timm.list_models(module='deit')) & set(names)
-    # the released models carry the release's hub weights; the others are untrained
+    # the released models carry the release's hub weights, those the model index links; the others are untrained
     assert sorted(timm.list_pretrained(['weightformer*', 'deit_[tsb]_*'])) == [
         'deit_b_softmax.fb_in1k', 'deit_s_softmax.fb_in1k', 'deit_t_softmax.fb_in1k',
         'weightformer_b.in1k', 'weightformer_s.in1k', 'weightformer_t.in1k']
+    linked = {name: model['Weights'] for name, model in metafile_models().items() if 'Weights' in model}
+    assert {f'weightformer_{size}_in1k' for size in 'tsb'} == set(linked)
+    for size in 'tsb':
+        hub_id = timm.models.get_pretrained_cfg(f'weightformer_{size}.in1k').hf_hub_id
+        assert linked[f'weightformer_{size}_in1k'] == f'https://huggingface.co/{hub_id}/resolve/main/model.safetensors'
 
 
 @pytest.mark.parametrize('config', IMAGENET_CONFIGS, ids=lambda c: c.stem)
