@@ -26,7 +26,7 @@ from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
 from mmwf.models.initializers import init_weights_pretrained_last
-from mmwf.models.layers import PatchEmbed, build_token_norm, resolve_arch, run_blocks, tokens_to_map
+from mmwf.models.layers import FFN_TYPES, PatchEmbed, build_token_norm, resolve_arch, run_blocks, tokens_to_map
 from mmwf.utils.checkpoint import load_state_dict_file, load_strict, mismatch_lines, whole_model_part
 
 
@@ -296,8 +296,8 @@ class PlainBackbone(BaseModule, PyTorchModelHubMixin, library_name='mmwf', tags=
         intermediates = []
         for i, out in run_blocks(blocks, x, hw, with_cp=self.with_cp):
             if i in taken:
-                y = (self.norm(out) if norm else out)[:, prefix:].unflatten(1, hw)
-                intermediates.append(y.permute(0, 3, 1, 2).contiguous() if output_fmt == 'NCHW' else y)
+                y = (self.norm(out) if norm else out)[:, prefix:]
+                intermediates.append(tokens_to_map(y, hw).contiguous() if output_fmt == 'NCHW' else y.unflatten(1, hw))
         if intermediates_only:
             return intermediates
         return self.features(self.norm(out), hw), intermediates
@@ -307,7 +307,8 @@ class PlainBackbone(BaseModule, PyTorchModelHubMixin, library_name='mmwf', tags=
         """Drop the blocks after the last of ``indices`` (and ``norm`` with ``prune_norm``, the head and pooling
         with ``prune_head``), as timm's feature wrapper does; returns the block indices taken."""
         taken, last = take_indices(indices, len(self.blocks), type(self).__name__)
-        if last + 1 < self.depth:  # the kept blocks' outputs stay as they were: no final norm on the new last one
+        before = self.depth
+        if last + 1 < before:  # the kept blocks' outputs stay as they were: no final norm on the new last one
             self.final_norm = False
         self.blocks = self.blocks[:last + 1]
         self.depth = len(self.blocks)
@@ -315,7 +316,7 @@ class PlainBackbone(BaseModule, PyTorchModelHubMixin, library_name='mmwf', tags=
         self.out_indices = [i for i in self.out_indices if i < self.depth] or [self.depth - 1]
         self.feature_info = self.feature_info[:self.depth]
         config = self._hub_mixin_config if isinstance(self._hub_mixin_config, dict) else {}
-        kept = {key: [i for i in config[key] if i % (self.depth + 1) < self.depth]  # block lists, negatives dropped
+        kept = {key: [i % before for i in config[key] if i % before < self.depth]  # block lists, as absolute indices
                 for key in ('dynamic_blocks', 'window_block_indexes') if isinstance(config.get(key), list)}
         self.record(arch=self.arch, out_indices=self.out_indices, final_norm=self.final_norm, **kept)
         if prune_norm:
@@ -342,7 +343,8 @@ class PlainBackbone(BaseModule, PyTorchModelHubMixin, library_name='mmwf', tags=
     def no_weight_decay(self) -> set[str]:
         """The stem's free parameters (a position table, a class token), which timm's optimizer factory leaves
         undecayed."""
-        return {name for name, p in self.named_parameters(recurse=False) if name in self.stem_names()}
+        stem = self.stem_names()
+        return {name for name, _ in self.named_parameters(recurse=False) if name in stem}
 
     @classmethod
     def hub_arguments(cls, config: dict) -> dict:
@@ -402,7 +404,7 @@ def timm_checkpoint_filter(state_dict: dict[str, torch.Tensor], model: PlainBack
 
 # timm's names for the blocks' options (``norm_layer``, ``mlp_layer``) -> the families' ``norm_cfg`` / ``ffn_type``
 TIMM_NORM_LAYERS = {'layernorm': 'LN', 'rmsnorm': 'RMSNorm'}
-TIMM_MLP_LAYERS = {'mlp': 'mlp', 'swiglu': 'swiglu'}
+TIMM_MLP_LAYERS = {name: name for name in FFN_TYPES}  # timm's names are ours
 
 
 def _timm_option(value: str, table: dict, name: str) -> str:

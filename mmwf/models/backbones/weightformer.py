@@ -42,8 +42,8 @@ class WeightFormerBlock(nn.Module):
 
     Static (released): ``x = x + dwc(x)``; ``x = x + drop_path(drop(linear2(drop(act(linear1(norm2(x)))))))``.
     Dynamic (released): first ``x = norm1(x)`` (the stream itself is normalised, a release quirk), then the
-    same with a dynamic ``dwc`` and/or dynamic ``linear1`` / ``linear2``. With ``ffn_type='swiglu'``, ``act`` is
-    SwiGLU on ``linear1``'s packed [gate | up] output (``layers/ffn.py``). At inference without forward hooks the
+    same with a dynamic ``dwc`` and/or dynamic ``linear1`` / ``linear2``. With ``ffn_type='swiglu'``, SwiGLU on
+    ``linear1``'s packed [gate | up] output replaces ``act`` (``layers/ffn.py``). At inference without forward hooks the
     activation and the residual adds run in place on fresh branch outputs (saving a 4C-wide buffer); otherwise
     every module's output stays as it returned it.
 
@@ -72,7 +72,7 @@ class WeightFormerBlock(nn.Module):
         self.norm2 = build_token_norm(norm_cfg, dim)
         self.linear1 = MODELS.build(dict(linear1, in_features=dim, out_features=first))
         self.swiglu = ffn_type == 'swiglu'
-        self.act = nn.Identity() if self.swiglu else nn.GELU()
+        self.act = None if self.swiglu else nn.GELU()
         self.drop = nn.Dropout(drop)
         self.linear2_context = linear2_context
         context = dict(context_features=dim) if linear2_context else {}
@@ -86,9 +86,7 @@ class WeightFormerBlock(nn.Module):
         x = y.add_(x) if inplace else y + x
         z = self.norm2(x)
         y = self.linear1(z, hw)
-        if self.swiglu:
-            y = swiglu(y, inplace)
-        y = self.drop(torch.ops.aten.gelu_(y) if inplace and not self.swiglu else self.act(y))
+        y = self.drop(swiglu(y, inplace) if self.swiglu else torch.ops.aten.gelu_(y) if inplace else self.act(y))
         y = self.drop_path(self.drop(self.linear2(y, hw, z) if self.linear2_context else self.linear2(y, hw)))
         return y.add_(x) if inplace else y + x
 

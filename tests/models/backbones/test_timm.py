@@ -148,7 +148,7 @@ def test_dense_deit_without_class_token_gives_its_maps(kwargs):
 def test_pruning_keeps_the_kept_blocks_outputs_and_the_saved_config(tmp_path):
     """prune_intermediate_layers keeps what the kept blocks returned (no final norm moved onto the new last block),
     keeps out_indices within the blocks, and save_pretrained records the pruned network."""
-    model = WeightFormer(TINY_WF, out_indices=(1, 2, 3), dynamic_blocks=[0, 3]).eval()
+    model = WeightFormer(TINY_WF, out_indices=(1, 2, 3), dynamic_blocks=[0, -2, 3]).eval()  # -2: block 2
     x = torch.randn(1, 3, 64, 48)
     with torch.no_grad():
         before = model(x)[:2]
@@ -158,7 +158,7 @@ def test_pruning_keeps_the_kept_blocks_outputs_and_the_saved_config(tmp_path):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
     model.save_pretrained(tmp_path / 'pruned')
     again = WeightFormer.from_pretrained(tmp_path / 'pruned')
-    assert len(again.blocks) == 3 and again.out_indices == [1, 2] and again.dynamic_ids == {0}
+    assert len(again.blocks) == 3 and again.out_indices == [1, 2] and again.dynamic_ids == {0, 2}
     with torch.no_grad():
         for got, want in zip(again(x), before, strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
