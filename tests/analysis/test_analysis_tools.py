@@ -144,10 +144,39 @@ def test_train_step_trains(part):
     assert not torch.equal(before, stem)
 
 
+# a reference network file as the user gives one (a DiT_models table of constructors, forward(x, t, y))
+REFERENCE_DIT = """import torch.nn as nn
+
+
+class Tiny(nn.Module):
+    def __init__(self, input_size=32, num_classes=1000):
+        super().__init__()
+        self.in_channels, self.learn_sigma = 4, True
+        self.conv = nn.Conv2d(4, 8, 3, padding=1)
+        self.y = nn.Embedding(num_classes + 1, 8)
+
+    def forward(self, x, t, y):
+        return self.conv(x) + self.y(y)[:, :, None, None]
+
+
+DiT_models = {'DiT-S/2': Tiny}
+"""
+
+
 @pytest.mark.slow
-def test_generation_benchmark_compares_wf_dit_with_dit():
+def test_generation_benchmark_compares_wf_dit_with_dit_and_a_reference_file(tmp_path):
+    (tmp_path / 'models.py').write_text(REFERENCE_DIT)
     out = run('tools/analysis/generation_benchmark.py', '--archs', 'S/2', '--sizes', '16', '--batch', '1', '--rounds',
-              '1', '--no-memory')
+              '1', '--no-memory', '--dit-models', str(tmp_path / 'models.py'))
+    header = next(r for r in out.splitlines() if r.startswith('| arch'))
+    assert [c.strip() for c in header.split('|')[4:9]] == ['WF-DiT s', 'DiT s', 'DiT (facebookresearch) s', 'vs DiT',
+                                                           'vs DiT (facebookresearch)']
     rows = [[c.strip() for c in r.split('|')[1:-1]] for r in out.splitlines() if r.startswith('| S/2')]
     assert [r[2] for r in rows] == ['train', 'sample']
-    assert all(float(r[3]) > 0 and float(r[4]) > 0 and r[5].endswith('x') for r in rows)
+    for r in rows:
+        assert float(r[3]) > 0 and float(r[4]) > 0 and float(r[5]) >= 0
+        # the tiny reference (one conv) is the faster: its ratio against WF-DiT well below 1
+        assert r[6].endswith('x') and float(r[7].rstrip('x')) < 0.5
+    res = subprocess.run([sys.executable, 'tools/analysis/generation_benchmark.py', '--release-dit',
+                          str(tmp_path / 'none.py')], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode and 'none.py: no such file' in res.stderr

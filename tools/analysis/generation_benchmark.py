@@ -5,32 +5,61 @@ latents, backward, AdamW (``train-cp``: with every block's activations recompute
 ``with_cp``); a sampling step is one denoiser call and ancestral update of the 250-step sampler. Memory: CUDA's peak
 allocation above the start of the step, or on CPU the peak resident set of a fresh process.
 
+The references' own networks join the comparison from files the user gives (nothing of theirs is copied here):
+``--dit-models`` facebookresearch/DiT's ``models.py`` and ``--release-dit`` the WeightFormer release's
+``model/wfm_dit.py``; each runs as the denoiser of the same loss and sampler (their ``DiT_models[...]``
+constructors, the same forward(x, t, y)).
+
     python tools/analysis/generation_benchmark.py --device cuda --batch 32
     python tools/analysis/generation_benchmark.py --archs S/2 --sizes 32 --batch 4 --rounds 3   # CPU
+    python tools/analysis/generation_benchmark.py --dit-models DiT/models.py --release-dit WeightFormer/model/wfm_dit.py
     python tools/analysis/generation_benchmark.py --modes train train-cp     # what activation checkpointing saves
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os.path as osp
 import statistics
 from collections.abc import Callable
 
 import torch
+import torch.nn as nn
 
 from mmwf.analysis.timing import interleaved_times, last_line_of, step_memory
 from mmwf.registry import MODELS
 
 FAMILIES = {'WF-DiT': 'WeightFormerDiT', 'DiT': 'DiT'}
+REFERENCES = {'DiT (facebookresearch)': 'dit_models', 'WF-DiT (release)': 'release_dit'}
 
 
-def make_step(family: str, arch: str, size: int, batch: int, mode: str, device: str) -> Callable[[], None]:
+def reference_denoiser(path: str, arch: str, size: int) -> nn.Module:
+    """``DiT_models['DiT-<arch>'](input_size=size)`` of the reference file at ``path``, with the attributes our
+    diffusion reads."""
+    if not osp.isfile(path):
+        raise FileNotFoundError(f'{path}: no such file (give the reference repository\'s models.py or '
+                                'model/wfm_dit.py)')
+    spec = importlib.util.spec_from_file_location(f'reference_{abs(hash(path))}', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    net = module.DiT_models[f'DiT-{arch}'](input_size=size, num_classes=1000)
+    net.num_classes = 1000
+    return net
+
+
+def make_step(family: str, arch: str, size: int, batch: int, mode: str, device: str,
+              reference: str | None = None) -> Callable[[], None]:
     """One training (``'train'``, ``'train-cp'``) or sampling step of ``family``-``arch`` (e.g. ``'S/2'``) on
-    (batch, 4, size, size) latents."""
+    (batch, 4, size, size) latents; ``reference``: the file of a reference family's network."""
     name, patch = arch.split('/')
     model = MODELS.build(dict(type='LatentDiffusion', denoiser=dict(
-        type=FAMILIES[family], arch=name, patch_size=int(patch), input_size=size,
-        with_cp=mode == 'train-cp'))).to(device)
+        type=FAMILIES.get(family, 'DiT'), arch=name, patch_size=int(patch), input_size=size,
+        with_cp=mode == 'train-cp')))
+    if reference is not None:
+        if mode == 'train-cp':
+            raise ValueError(f'{family} has no activation checkpointing: use --modes train sample')
+        model.denoiser = reference_denoiser(reference, arch, size)
+    model = model.to(device)
     g = torch.Generator(device).manual_seed(0)
     x = torch.randn(batch, 4, size, size, device=device, generator=g)
     labels = torch.randint(0, 1000, (batch,), device=device, generator=g)
@@ -61,39 +90,48 @@ def main() -> None:
     parser.add_argument('--modes', nargs='+', default=['train', 'sample'], choices=['train', 'train-cp', 'sample'])
     parser.add_argument('--batch', type=int, default=8)
     parser.add_argument('--rounds', type=int, default=5)
+    parser.add_argument('--dit-models', help="facebookresearch/DiT's models.py, compared as 'DiT (facebookresearch)'")
+    parser.add_argument('--release-dit', help="the WeightFormer release's model/wfm_dit.py, as 'WF-DiT (release)'")
     parser.add_argument('--no-memory', action='store_true')
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     parser.add_argument('--threads', type=int, default=None)
-    parser.add_argument('--memory-probe', nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument('--memory-probe', nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    files = {name: getattr(args, dest) for name, dest in REFERENCES.items() if getattr(args, dest)}
     if args.memory_probe:
-        family, arch, size, batch, mode = args.memory_probe
-        print(step_memory(make_step(family, arch, int(size), int(batch), mode, args.device), args.device))
+        family, arch, size, batch, mode, reference = args.memory_probe
+        step = make_step(family, arch, int(size), int(batch), mode, args.device, reference or None)
+        print(step_memory(step, args.device))
         return
+    families = [*FAMILIES, *files]
 
     def memory(family: str, arch: str, size: int, mode: str) -> str:
         if args.no_memory:
             return '-'
         if args.device.startswith('cuda'):
-            return f'{step_memory(make_step(family, arch, size, args.batch, mode, args.device), args.device):.0f}'
-        probe = ['--memory-probe', family, arch, str(size), str(args.batch), mode]
+            step = make_step(family, arch, size, args.batch, mode, args.device, files.get(family))
+            return f'{step_memory(step, args.device):.0f}'
+        probe = ['--memory-probe', family, arch, str(size), str(args.batch), mode, files.get(family, '')]
         return f'{float(last_line_of(osp.abspath(__file__), probe, torch.get_num_threads())):.0f}'
 
     print(f'device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch}, '
-          f'{args.rounds} rounds, median seconds per step; speed-up = DiT s / WF-DiT s, round by round')
-    print('| arch | latent | step | WF-DiT s | DiT s | speed-up | WF-DiT MB | DiT MB |')
-    print('|---|---|---|---|---|---|---|---|')
+          f'{args.rounds} rounds, median seconds per step; speed-up = the DiT\'s s / WF-DiT s, round by round')
+    others = families[1:]
+    print('| arch | latent | step | ' + ' | '.join(f'{f} s' for f in families) + ' | '
+          + ' | '.join(f'vs {f}' for f in others) + ' | ' + ' | '.join(f'{f} MB' for f in families) + ' |')
+    print('|---' * (3 + 2 * len(families) + len(others)) + '|')
     for arch in args.archs:
         for size in args.sizes:
             for mode in args.modes:
-                times = interleaved_times([make_step(f, arch, size, args.batch, mode, args.device) for f in FAMILIES],
-                                          args.rounds, args.device)
-                speedup = statistics.median(d / w for w, d in zip(*times))
-                mem = [memory(f, arch, size, mode) for f in FAMILIES]
-                print(f'| {arch} | {size}x{size} | {mode} | {statistics.median(times[0]):.3f} | '
-                      f'{statistics.median(times[1]):.3f} | {speedup:.2f}x | {mem[0]} | {mem[1]} |', flush=True)
+                steps = [make_step(f, arch, size, args.batch, mode, args.device, files.get(f)) for f in families]
+                times = interleaved_times(steps, args.rounds, args.device)
+                del steps
+                ratios = [statistics.median(o / w for w, o in zip(times[0], times[i])) for i in range(1, len(times))]
+                mem = [memory(f, arch, size, mode) for f in families]
+                print(f'| {arch} | {size}x{size} | {mode} | ' + ' | '.join(f'{statistics.median(t):.3f}' for t in times)
+                      + ' | ' + ' | '.join(f'{r:.2f}x' for r in ratios) + ' | ' + ' | '.join(mem) + ' |', flush=True)
 
 
 if __name__ == '__main__':

@@ -9,7 +9,7 @@ from timm.layers import Mlp
 from mmwf.models.layers import SoftmaxAttention, resolve_arch
 from mmwf.registry import MODELS
 
-from .dit_utils import DiffusionTransformer, modulate
+from .dit_utils import DiffusionTransformer, gated, modulate
 
 # DiT's Table 1: width, depth, heads
 ARCHS = {'S': dict(hidden_size=384, depth=12, num_heads=6), 'B': dict(hidden_size=768, depth=12, num_heads=12),
@@ -30,8 +30,8 @@ class DiTBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, c: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN_modulation(c).chunk(6, dim=1)
-        x = x + gate1.unsqueeze(1) * self.attn(modulate(self.norm1(x), shift1, scale1), hw)
-        return x + gate2.unsqueeze(1) * self.mlp(modulate(self.norm2(x), shift2, scale2))
+        x = gated(x, gate1, self.attn(modulate(self.norm1(x), shift1, scale1), hw))
+        return gated(x, gate2, self.mlp(modulate(self.norm2(x), shift2, scale2)))
 
 
 @MODELS.register_module()

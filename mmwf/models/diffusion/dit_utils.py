@@ -18,8 +18,13 @@ from mmwf.models.layers import PatchEmbed, run_blocks
 
 
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """adaLN: x (B, N, D) * (1 + scale) + shift, scale / shift (B, D)."""
-    return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1)
+    """adaLN: x (B, N, D) * (1 + scale) + shift, scale / shift (B, D), in one pass over x."""
+    return torch.addcmul(shift.unsqueeze(1), x, 1 + scale.unsqueeze(1))
+
+
+def gated(x: torch.Tensor, gate: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The gated residual x + gate * y, x and y (B, N, D), gate (B, D), in one pass."""
+    return torch.addcmul(x, gate.unsqueeze(1), y)
 
 
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:

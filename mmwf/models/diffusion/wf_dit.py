@@ -24,7 +24,7 @@ from mmwf.models.layers import (
 )
 from mmwf.registry import MODELS
 
-from .dit_utils import DiffusionTransformer, modulate
+from .dit_utils import DiffusionTransformer, gated, modulate
 
 # the release's DiT_{S,B}_{2,4,8}: 15 blocks
 ARCHS = {'S': dict(hidden_size=384, depth=15), 'B': dict(hidden_size=768, depth=15)}
@@ -47,9 +47,9 @@ class WFDiTBlock(nn.Module):
     def forward(self, x: torch.Tensor, c: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN_modulation(c).chunk(6, dim=1)
         x = self.norm1(x)
-        x = x + gate1.unsqueeze(1) * self.dwc(modulate(x, shift1, scale1), hw)
+        x = gated(x, gate1, self.dwc(modulate(x, shift1, scale1), hw))
         y = F.gelu(self.linear1(modulate(self.norm2(x), shift2, scale2), hw), approximate='tanh')
-        return x + gate2.unsqueeze(1) * self.linear2(y)
+        return gated(x, gate2, self.linear2(y))
 
 
 @MODELS.register_module()

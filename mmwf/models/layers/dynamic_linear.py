@@ -42,6 +42,27 @@ def product_order(order: str, cost_tokens: int, cost_core: int) -> str:
     return order
 
 
+# a memory-bound pass over the elements of a weight formed per sample, in multiply-adds of the matrix products'
+# throughput (measured on CPU cores: a GPU's ratio favours the factored form further), and the passes it takes:
+# its norms and update, and with autograd their backward and the static weight's gradient summed over the batch
+ELEMENT_PASS_COST = 8
+ELEMENT_PASSES = {False: 3, True: 12}
+
+
+def weight_form(costs: dict[str, dict[str, int]], order: str, weight_elements: int, autograd: bool) -> str:
+    """How a dynamic linear with a low-rank update applies it: the :func:`~.implementation.kernel` of
+    ``'dynamic_weight'``, and for ``'cheaper'`` the form whose multiply-adds (``costs[form][order]``, the order
+    by :func:`product_order`) are the fewer once the materialized form is charged its passes over the
+    ``weight_elements`` (Cin * Cout) of each sample's weight (``'factored'`` on a tie)."""
+    form = kernel('dynamic_weight')
+    if form != 'cheaper':
+        return form
+    factored, materialized = (costs[form][product_order(order, costs[form]['tokens'], costs[form]['core'])]
+                              for form in ('factored', 'materialized'))
+    passes = ELEMENT_PASS_COST * ELEMENT_PASSES[autograd] * weight_elements
+    return 'factored' if factored <= materialized + passes else 'materialized'
+
+
 class DynamicLinear(nn.Module):
     """Base class: y = x (W0 + dW(X)) + b. Subclasses implement :meth:`delta`.
 
@@ -74,14 +95,26 @@ class DynamicLinear(nn.Module):
 
     def forward(self, x: torch.Tensor, hw: tuple[int, int], context: torch.Tensor | None = None) -> torch.Tensor:
         """Tokens x (B, N, Cin) -> (B, N, Cout); dW from ``context`` (B, N, context_features) when given."""
+        return self.apply_update(x, self.delta(x if context is None else context, hw))
+
+    def apply_update(self, x: torch.Tensor, dw: torch.Tensor) -> torch.Tensor:
+        """x (w + dW / (||dW||_col + 1)) + b with the weight formed per sample, for dW (B, Cin, Cout)."""
         # work on W^T (B, Cout, Cin): the strategies build dW^T contiguously (``delta`` returns its
         # transposed view), so the column norms and the update run over contiguous memory
-        dw_t = self.delta(x if context is None else context, hw).transpose(1, 2)
+        dw_t = dw.transpose(1, 2)
         norm = torch.linalg.vector_norm(dw_t, dim=2, keepdim=True)
         weight_t = torch.addcdiv(self.w.t().contiguous(), dw_t, norm + 1)  # (w + dW / (||dW||_col + 1))^T
         y = torch.matmul(x, weight_t.transpose(1, 2))
         y += self.b
         return y
+
+    def apply_factors(self, x: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
+                      gram: torch.Tensor) -> torch.Tensor:
+        """:meth:`apply_update` for dW = left right of rank K, left (B or 1, Cin, K), right (B, K, Cout), gram =
+        left^T left, without a weight per sample: x w + b + ((x left) right) / (||dW||_col + 1), the column norms
+        from the Gram matrix, ||dW_j||^2 = right_j^T gram right_j (clamped at 0 against rounding)."""
+        norm = (right * torch.matmul(gram, right)).sum(1, keepdim=True).clamp_min(0).sqrt()  # (B, 1, Cout)
+        return torch.baddbmm(F.linear(x, self.w.t(), self.b), torch.matmul(x, left), right / (norm + 1))
 
     def extra_repr(self) -> str:
         extra = f', context_features={self.context_features}' if self.context_features != self.in_features else ''
@@ -212,21 +245,60 @@ class BilateralDynamicLinear(DynamicLinear):
         self.w1 = nn.Parameter(trunc_normal_(torch.empty(self.r_in, in_features), std=0.02))
         self.w2 = nn.Parameter(trunc_normal_(torch.empty(self.r_out, out_features), std=0.02))
 
+    def predict(self, x: torch.Tensor, hw: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """SiLU(W2 Xp^T)^T scaled by Cx^-0.5 / N (B, N', Cin/r) and SiLU(Xp W3) (B, N', Cout/r) of the pooled tokens."""
+        a, b = F.silu(self.wfm(pool_tokens(x, hw))).split([self.r_in, self.r_out], dim=-1)
+        return a * (self.context_features ** -0.5 / x.shape[1]), b
+
+    def costs(self, n: int, tokens: int) -> dict[str, dict[str, int]]:
+        """Multiply-adds per sample of each way to apply the update to ``tokens`` tokens, from n pooled ones:
+        ``'materialized'`` (forming dW: the release's order through (N', Cout) intermediates, or the core's,
+        w1^T (SiLU(A)^T SiLU(B)) w2, counted as (w1^T core) w2) and ``'factored'`` (the factors of rank N' or
+        Cin/r, their Gram matrix, the column norms and the two thin products with x), each for both orders."""
+        cin, cout, ri, ro = self.in_features, self.out_features, self.r_in, self.r_out
+        return dict(
+            materialized=dict(tokens=product_cost(n, ri, cin) + product_cost(n, ro, cout) + product_cost(cout, n, cin),
+                              core=product_cost(ro, n, ri) + product_cost(cin, ri, ro, cout)),
+            factored=dict(tokens=(product_cost(n, ri, cin) + product_cost(n, ro, cout) + product_cost(n, cin, n)
+                                  + product_cost(n, n, cout) + product_cost(tokens, cin, n, cout)),
+                          core=(product_cost(ri, n, ro, cout) + product_cost(ri, cin, ri) + product_cost(ri, ri, cout)
+                                + product_cost(tokens, cin, ri, cout))))
+
     def delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-        xp = pool_tokens(x, hw)
-        a, b = F.silu(self.wfm(xp)).split([self.r_in, self.r_out], dim=-1)
-        a = a * (self.context_features ** -0.5 / x.shape[1])
-        n, cin, cout, ri, ro = xp.shape[1], self.in_features, self.out_features, self.r_in, self.r_out
-        cost_tokens = product_cost(n, ri, cin) + product_cost(n, ro, cout) + product_cost(cout, n, cin)
-        # the core order counted as (w1^T core) w2; it is evaluated below as (w2^T core^T) w1
-        cost_core = product_cost(ro, n, ri) + product_cost(cin, ri, ro, cout)
-        # both orders build dW^T (B, Cout, Cin) contiguously: the column norms then reduce over
-        # contiguous memory, and the matmul with x reads the transpose for free
-        if product_order(self.order, cost_tokens, cost_core) == 'tokens':
+        a, b = self.predict(x, hw)
+        costs = self.costs(a.shape[1], x.shape[1])['materialized']
+        return self.product(a, b, product_order(self.order, costs['tokens'], costs['core']))
+
+    def product(self, a: torch.Tensor, b: torch.Tensor, order: str) -> torch.Tensor:
+        """dW (B, Cin, Cout), as the transposed view of a contiguous dW^T (the column norms then reduce over
+        contiguous memory, and the matmul with x reads the transpose for free)."""
+        if order == 'tokens':
             p, q = torch.matmul(a, self.w1), torch.matmul(b, self.w2)
             return torch.matmul(q.transpose(1, 2), p).transpose(1, 2)
-        core_t = torch.matmul(b.transpose(1, 2), a)
+        core_t = torch.matmul(b.transpose(1, 2), a)  # evaluated as (w2^T core^T) w1
         return torch.matmul(torch.matmul(self.w2.t(), core_t), self.w1).transpose(1, 2)
+
+    def factors(self, a: torch.Tensor, b: torch.Tensor, order: str) -> tuple[torch.Tensor, ...]:
+        """(left, right, gram) of :meth:`~DynamicLinear.apply_factors`: dW = (SiLU(A) w1)^T (SiLU(B) w2) of rank N'
+        (``'tokens'``, a Gram matrix per sample) or w1^T (SiLU(A)^T SiLU(B) w2) of rank Cin/r (``'core'``, left and
+        gram shared by the batch)."""
+        if order == 'tokens':
+            p, q = torch.matmul(a, self.w1), torch.matmul(b, self.w2)  # (B, N', Cin), (B, N', Cout)
+            return p.transpose(1, 2), q, torch.matmul(p, p.transpose(1, 2))
+        right = torch.matmul(torch.matmul(a.transpose(1, 2), b), self.w2)  # (B, Cin/r, Cout)
+        return self.w1.t(), right, torch.matmul(self.w1, self.w1.t())
+
+    def forward(self, x: torch.Tensor, hw: tuple[int, int], context: torch.Tensor | None = None) -> torch.Tensor:
+        """As :class:`DynamicLinear`, with the update applied in the :func:`weight_form` and order that cost the
+        least (:meth:`costs`)."""
+        a, b = self.predict(x if context is None else context, hw)
+        costs = self.costs(a.shape[1], x.shape[1])
+        autograd = torch.is_grad_enabled() and (x.requires_grad or self.w.requires_grad)
+        form = weight_form(costs, self.order, self.in_features * self.out_features, autograd)
+        order = product_order(self.order, costs[form]['tokens'], costs[form]['core'])
+        if form == 'factored':
+            return self.apply_factors(x, *self.factors(a, b, order))
+        return self.apply_update(x, self.product(a, b, order))
 
 
 @MODELS.register_module()

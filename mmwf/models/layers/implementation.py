@@ -6,14 +6,20 @@ from __future__ import annotations
 
 import torch
 
-# implementation -> operation -> kernel; an entry '<operation>_<device type>' overrides '<operation>' on that device
+# implementation -> operation -> kernel; an entry '<operation>_<device type>' overrides '<operation>' on that device,
+# and '<operation>_<device type>_autograd' that entry where autograd records the operation (training)
 KERNELS: dict[str, dict[str, str]] = {
-    'eager': dict(depthwise_conv='grouped', depthwise_conv_cpu='loop', adaptive_pool='native',
-                  product_order='cheaper'),
-    'traced': dict(depthwise_conv='grouped', adaptive_pool='native', product_order='cheaper'),
-    'traced-onnx': dict(depthwise_conv='grouped', adaptive_pool='matrices', product_order='cheaper'),
-    'compiled': dict(depthwise_conv='shift', adaptive_pool='matrices', product_order='cheaper'),
-    'exported': dict(depthwise_conv='shift', adaptive_pool='matrices', product_order='core'),
+    'eager': dict(depthwise_conv='grouped', depthwise_conv_cpu='loop', depthwise_conv_cpu_autograd='grouped',
+                  adaptive_pool='native',
+                  product_order='cheaper', dynamic_weight='cheaper'),
+    'traced': dict(depthwise_conv='grouped', adaptive_pool='native', product_order='cheaper',
+                   dynamic_weight='materialized'),
+    'traced-onnx': dict(depthwise_conv='grouped', adaptive_pool='matrices', product_order='cheaper',
+                        dynamic_weight='materialized'),
+    'compiled': dict(depthwise_conv='shift', adaptive_pool='matrices', product_order='cheaper',
+                     dynamic_weight='cheaper'),
+    'exported': dict(depthwise_conv='shift', adaptive_pool='matrices', product_order='core',
+                     dynamic_weight='materialized'),
 }
 
 
@@ -35,16 +41,23 @@ def implementation() -> str:
     return 'eager'
 
 
-def kernel(operation: str, device: torch.device | None = None) -> str:
+def kernel(operation: str, device: torch.device | None = None, autograd: bool = False) -> str:
     """The kernel of ``operation`` (a column of :data:`KERNELS`) under the running :func:`implementation`, on
-    ``device`` when the choice depends on it.
+    ``device`` and with or without ``autograd`` when the choice depends on them.
 
     Args:
         operation (str): ``'depthwise_conv'`` (the per-sample depthwise conv: ``'loop'``, ``'grouped'`` or
-            ``'shift'``), ``'adaptive_pool'`` (``'native'`` or ``'matrices'``) or ``'product_order'`` (the dynamic
-            linears' ``order='auto'``: ``'cheaper'`` or ``'core'``).
+            ``'shift'``), ``'adaptive_pool'`` (``'native'`` or ``'matrices'``), ``'product_order'`` (the dynamic
+            linears' ``order='auto'``: ``'cheaper'`` or ``'core'``) or ``'dynamic_weight'`` (how a dynamic linear
+            with a low-rank update applies it: ``'factored'``, never forming a weight per sample,
+            ``'materialized'``, the release's weight per sample (the FLOP counter counts it, the ONNX graphs keep
+            it), or ``'cheaper'``, by :func:`~.dynamic_linear.weight_form`).
         device (torch.device, optional): the device the operation runs on. Defaults to None (the entry for any
             device).
+        autograd (bool): whether autograd records the operation (its backward follows). Defaults to False.
     """
     kernels = KERNELS[implementation()]
-    return kernels.get(f'{operation}_{device.type}', kernels[operation]) if device is not None else kernels[operation]
+    if device is None:
+        return kernels[operation]
+    on_device = kernels.get(f'{operation}_{device.type}', kernels[operation])
+    return kernels.get(f'{operation}_{device.type}_autograd', on_device) if autograd else on_device

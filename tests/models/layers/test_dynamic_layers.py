@@ -115,29 +115,60 @@ LINEARS = {
 }
 
 
-@pytest.mark.parametrize('make', LINEARS.values(), ids=LINEARS.keys())
-def test_dynamic_linear_equals_its_equation(make):
-    layer = make().double()
+WEIGHT_FORMS = ['factored', 'materialized']
+
+
+@pytest.fixture(params=WEIGHT_FORMS)
+def weight_form(request, monkeypatch):
+    """Both evaluations of a dynamic linear (``'factored'``: the update applied as its rank-K factors, eager;
+    ``'materialized'``: a weight per sample, the FLOP counter's and the ONNX graphs'), selected in eager PyTorch."""
+    from mmwf.models.layers.implementation import KERNELS
+    monkeypatch.setitem(KERNELS['eager'], 'dynamic_weight', request.param)
+    return request.param
+
+
+def randomised(layer):
+    layer = layer.double()
     with torch.no_grad():
         for p in layer.parameters():
             p.normal_()  # values far from init, so every term matters
-    x = torch.randn(B, HW[0] * HW[1], CIN, dtype=torch.float64)
+    return layer
+
+
+@pytest.mark.parametrize('make', LINEARS.values(), ids=LINEARS.keys())
+def test_dynamic_linear_equals_its_equation(make, weight_form):
+    """Outputs and the gradients of the input and of every parameter, against autograd through the equation."""
+    layer = randomised(make())
+    x = torch.randn(B, HW[0] * HW[1], CIN, dtype=torch.float64, requires_grad=True)
     out = layer(x, HW)
     expected = linear_output(layer, x, reference_linear_delta(layer, x))
     assert torch.allclose(out, expected, rtol=1e-10, atol=1e-10)
+    weights = torch.randn_like(out)  # a loss that weighs every output differently
+    inputs = (x, *layer.parameters())
+    grads = torch.autograd.grad((out * weights).sum(), inputs)
+    ref_grads = torch.autograd.grad((expected * weights).sum(), inputs)
+    assert all(torch.allclose(g, r, rtol=1e-9, atol=1e-9) for g, r in zip(grads, ref_grads))
 
 
 @pytest.mark.parametrize('kind', [BilateralDynamicLinear, LinearDynamicLinear])
-def test_second_linear_predicts_from_the_mlp_input(kind):
+def test_second_linear_predicts_from_the_mlp_input(kind, weight_form):
     """Dynamic Linear 2 with a context: dW (4C x C) predicted from the C-wide MLP input, applied to the hidden."""
-    layer = kind(4 * CIN, CIN, context_features=CIN).double()
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.normal_()
+    layer = randomised(kind(4 * CIN, CIN, context_features=CIN))
     hidden = torch.randn(B, HW[0] * HW[1], 4 * CIN, dtype=torch.float64)
     context = torch.randn(B, HW[0] * HW[1], CIN, dtype=torch.float64)
     expected = linear_output(layer, hidden, reference_linear_delta(layer, context))
     assert torch.allclose(layer(hidden, HW, context), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_factored_update_of_a_zero_column_has_no_nan_gradient(weight_form):
+    """A column of dW that is exactly zero (its norm's derivative undefined at 0): the gradients stay finite in both
+    evaluations, as the release's ``torch.norm`` gives (zero subgradient)."""
+    layer = randomised(BilateralDynamicLinear(CIN, COUT))
+    with torch.no_grad():
+        layer.w2[:, 3] = 0  # dW's column 3 is zero: (SiLU(B) w2)[:, 3] = 0
+    x = torch.randn(B, HW[0] * HW[1], CIN, dtype=torch.float64, requires_grad=True)
+    grads = torch.autograd.grad(layer(x, HW).square().sum(), (x, *layer.parameters()))
+    assert all(torch.isfinite(g).all() for g in grads)
 
 
 def unit_clip(dw):

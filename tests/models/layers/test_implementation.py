@@ -80,9 +80,16 @@ def test_each_implementation_runs_its_kernels():
         assert targets and not [t for t in targets if 'conv' in t or 'adaptive' in t], targets
 
 
-def test_the_eager_depthwise_conv_kernel_depends_on_the_device():
+def test_the_eager_depthwise_conv_kernel_depends_on_the_device_and_autograd():
     assert kernel('depthwise_conv', torch.device('cpu')) == 'loop'
+    assert kernel('depthwise_conv', torch.device('cpu'), autograd=True) == 'grouped'
     assert kernel('depthwise_conv', torch.device('cuda')) == 'grouped'
+    assert kernel('depthwise_conv', torch.device('cuda'), autograd=True) == 'grouped'
+    x, w = torch.randn(3, 4, 5, 7), torch.randn(3, 4, 3, 3, requires_grad=True)
+    for grad, convs in ((True, 1), (False, 3)):
+        with torch.set_grad_enabled(grad), Calls() as calls:
+            per_sample_depthwise_conv(x, w)
+        assert calls.names.count('conv2d') == convs
     assert kernel('adaptive_pool') == 'native'
 
 
@@ -106,22 +113,62 @@ def correlation_costs(n):
     return n * (c * a + c * b + a * b), n * c * c + min(a * c * c + a * c * b, c * c * b + a * c * b)
 
 
-@pytest.mark.parametrize('make,hw,pooled,costs', [
-    *[(lambda: BilateralDynamicLinear(192, 768), hw, True, bilateral_costs)
-      for hw in [(4, 4), (14, 14), (20, 22), (40, 40)]],
-    *[(lambda: LinearDynamicLinear(768, 192, pool=False), hw, False, correlation_costs) for hw in [(20, 30), (30, 30)]],
-])
-def test_auto_order_is_the_cheaper_by_the_counted_costs(monkeypatch, make, hw, pooled, costs):
-    """The order a layer takes with order='auto' in eager PyTorch, against its costs written out (the grids cover
-    both sides of each crossing)."""
+def chosen_orders(monkeypatch, weight_form):
+    """The orders the dynamic linears take, recorded, with the update applied in ``weight_form``."""
+    monkeypatch.setitem(KERNELS['eager'], 'dynamic_weight', weight_form)
     chosen = []
 
     def spy(*args):
         chosen.append(product_order(*args))
         return chosen[-1]
     monkeypatch.setattr(dynamic_linear, 'product_order', spy)
+    return chosen
+
+
+@pytest.mark.parametrize('make,hw,pooled,costs', [
+    *[(lambda: BilateralDynamicLinear(192, 768), hw, True, bilateral_costs)
+      for hw in [(4, 4), (14, 14), (20, 22), (40, 40)]],
+    *[(lambda: LinearDynamicLinear(768, 192, pool=False), hw, False, correlation_costs) for hw in [(20, 30), (30, 30)]],
+])
+def test_auto_order_is_the_cheaper_by_the_counted_costs(monkeypatch, make, hw, pooled, costs):
+    """The order a layer takes with order='auto' when it forms a weight per sample, against its costs written out
+    (the grids cover both sides of each crossing)."""
+    chosen = chosen_orders(monkeypatch, 'materialized')
     layer = make()
     with torch.no_grad():
         layer(torch.randn(1, hw[0] * hw[1], layer.in_features), hw)
     tokens, core = costs((hw[0] // 2) * (hw[1] // 2) if pooled else hw[0] * hw[1])
     assert chosen == ['tokens' if tokens <= core else 'core']
+
+
+def bilateral_factored_costs(n, big_n):
+    """Eq. 8 applied as factors to big_n tokens (n pooled), Cin 192 -> Cout 768, ri 48, ro 192: the token factors
+    (rank n: (SiLU(A) w1)^T and SiLU(B) w2, their Gram matrix, the column norms, two thin products) and the core's
+    (rank ri: w1^T shared, (SiLU(A)^T SiLU(B)) w2, w1 w1^T, the norms, two thin products)."""
+    tokens = n * 48 * 192 + n * 192 * 768 + n * 192 * n + n * n * 768 + big_n * 192 * n + big_n * n * 768
+    core = 48 * n * 192 + 48 * 192 * 768 + 48 * 192 * 48 + 48 * 48 * 768 + big_n * 192 * 48 + big_n * 48 * 768
+    return tokens, core
+
+
+@pytest.mark.parametrize('hw', [(4, 4), (14, 14), (16, 16), (20, 22)])
+def test_factored_order_is_the_cheaper_by_the_counted_costs(monkeypatch, hw):
+    chosen = chosen_orders(monkeypatch, 'factored')
+    with torch.no_grad():
+        BilateralDynamicLinear(192, 768)(torch.randn(1, hw[0] * hw[1], 192), hw)
+    tokens, core = bilateral_factored_costs((hw[0] // 2) * (hw[1] // 2), hw[0] * hw[1])
+    assert chosen == ['tokens' if tokens <= core else 'core']
+
+
+@pytest.mark.parametrize('hw,autograd', [((16, 16), False), ((16, 16), True), ((14, 14), False), ((14, 14), True),
+                                         ((64, 64), False), ((64, 64), True)])
+def test_weight_form_is_the_cheaper_by_the_counted_costs(hw, autograd):
+    """Eager PyTorch applies a Bilateral update as factors unless forming the weight per sample costs fewer
+    multiply-adds, charged 8 per element of each sample's weight and pass over it (3 passes in inference, 12 with
+    autograd); the grids cover both sides in inference and in training (224 px and 1024 px for WeightFormer-T)."""
+    n, big_n = (hw[0] // 2) * (hw[1] // 2), hw[0] * hw[1]
+    factored = min(bilateral_factored_costs(n, big_n))
+    materialized = min(bilateral_costs(n)) + 8 * (12 if autograd else 3) * 192 * 768
+    layer = BilateralDynamicLinear(192, 768).requires_grad_(autograd)
+    with Calls() as calls:
+        layer(torch.randn(1, big_n, 192), hw)
+    assert ('baddbmm' in calls.names) == (factored <= materialized)
