@@ -1,11 +1,14 @@
 """Timing and peak memory of one call, on CUDA or on the CPU, for the benchmark tools."""
 from __future__ import annotations
 
+import importlib.util
 import os
+import os.path as osp
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from types import ModuleType
 
 import torch
 
@@ -74,3 +77,58 @@ def interleaved_times(steps: list[Callable[[], object]], rounds: int, device: st
         for i, step in enumerate(steps):
             times[i].append(time_call(step, device))
     return times
+
+
+# group of a step's profile -> the aten operator names (without 'aten::') it takes, by prefix; the rest is
+# element-wise
+OP_GROUPS: dict[str, tuple[str, ...]] = {
+    'matrix products': ('mm', 'addmm', 'bmm', 'baddbmm', 'addbmm'),
+    'fused attention': ('_scaled_dot_product',),
+    'convolutions': ('convolution', 'mkldnn_convolution', '_slow_conv2d', '_conv_depthwise2d', 'cudnn_convolution'),
+    'activations': ('gelu', 'silu', 'sigmoid'),
+    'layer norms': ('native_layer_norm',),
+    'copies': ('copy_', 'cat', 'clone', 'fill_', 'zero_', 'empty', 'index'),
+}
+
+
+def op_group(name: str) -> str:
+    """The :data:`OP_GROUPS` group of an aten operator."""
+    name = name.removeprefix('aten::')
+    return next((group for group, prefixes in OP_GROUPS.items() if name.startswith(prefixes)), 'element-wise')
+
+
+def step_profile(step: Callable[[], object]) -> dict[tuple[str, str], float]:
+    """CPU milliseconds of one ``step()`` by (phase, group): the phase ``'forward'``, ``'backward'`` (run by
+    autograd's engine) or ``'optimizer'`` (inside ``Optimizer.step``), the group of each aten operator's own time
+    (:data:`OP_GROUPS`, else ``'element-wise'``); ``('all', 'step')`` is the step's wall time, so what the
+    operators do not account for is Python and dispatch."""
+    from torch.profiler import ProfilerActivity, profile
+    start = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    out: dict[tuple[str, str], float] = {('all', 'step'): (time.perf_counter() - start) * 1e3}
+    for event in prof.events():
+        if not event.name.startswith('aten::'):
+            continue
+        phase, parent = 'forward', event.cpu_parent
+        while parent is not None:
+            if parent.name.startswith('Optimizer.step'):
+                phase = 'optimizer'
+                break
+            if parent.name.startswith('autograd::engine::evaluate_function'):
+                phase = 'backward'
+            parent = parent.cpu_parent
+        key = (phase, op_group(event.name))
+        out[key] = out.get(key, 0.0) + event.self_cpu_time_total / 1e3
+    return out
+
+
+def module_from_file(path: str, what: str) -> ModuleType:
+    """Import a reference's source file (``what`` names it in the error) for a side-by-side benchmark."""
+    if not osp.isfile(path):
+        raise FileNotFoundError(f'{path}: no such file (give {what})')
+    spec = importlib.util.spec_from_file_location(f'reference_{osp.splitext(osp.basename(path))[0]}', path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as an import would (timm's register_model looks the module up there)
+    spec.loader.exec_module(module)
+    return module

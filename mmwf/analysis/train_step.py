@@ -12,16 +12,21 @@ import torch.nn.functional as F
 PARTS = ('classifier', 'backbone+pyramid')
 
 
-def train_step(name: str, part: str, batch: int, size: int, device: str,
-               amp: bool) -> tuple[Callable[[], None], nn.Module]:
+def train_step(name: str, part: str, batch: int, size: int, device: str, amp: bool,
+               network: nn.Module | None = None) -> tuple[Callable[[], None], nn.Module]:
     """One training step of model ``name`` (a name of :func:`mmwf.analysis.models.classifier_config`) as ``part``:
-    forward, loss, backward, AdamW step, on a fixed random batch (batch, 3, size, size); and the model it trains."""
+    forward, loss, backward, AdamW step, on a fixed random batch (batch, 3, size, size); and the model it trains.
+    ``network``: a classifier (images -> logits) from elsewhere (a reference's) trained instead of ``name``'s."""
     from mmwf.analysis.models import backbone_config, classifier_config
     from mmwf.models.necks import SimpleFeaturePyramid
     from mmwf.registry import MODELS
     if part not in PARTS:
         raise ValueError(f'part must be one of {PARTS}, got {part!r}')
-    if part == 'classifier':
+    if network is not None:
+        if part != 'classifier':
+            raise ValueError(f'a given network trains as a classifier, not as {part!r}')
+        model = forward = network
+    elif part == 'classifier':
         backbone = MODELS.build(classifier_config(name))
         model = backbone
         forward = backbone.forward_classifier

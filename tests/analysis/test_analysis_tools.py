@@ -144,6 +144,27 @@ def test_train_step_trains(part):
     assert not torch.equal(before, stem)
 
 
+# the release's model/wfm.py as the training-step benchmark reads it: a VisionTransformer class
+REFERENCE_WFM = """import torch.nn as nn
+
+
+class VisionTransformer(nn.Sequential):
+    def __init__(self, img_size, patch_size, num_classes, embed_dim, depth):
+        super().__init__(nn.Conv2d(3, embed_dim, patch_size, patch_size), nn.Flatten(2), nn.AdaptiveAvgPool1d(1),
+                         nn.Flatten(1), nn.Linear(embed_dim, num_classes))
+"""
+
+
+def test_train_step_benchmark_takes_the_release_classifier_from_a_file(tmp_path):
+    (tmp_path / 'wfm.py').write_text(REFERENCE_WFM)
+    out = run('tools/analysis/train_step_benchmark.py', '--models', 'wf-t', 'deit-t', '--release-wfm',
+              str(tmp_path / 'wfm.py'), '--batch', '2', '--size', '32', '--rounds', '1', '--iters', '1', '--device',
+              'cpu')
+    rows = {r.split('|')[1].strip(): r for r in out.splitlines() if r.startswith('| ')}
+    assert {'wf-t', 'deit-t', 'wf-t (release)'} <= rows.keys()
+    assert float(rows['wf-t (release)'].split('|')[2]) > 0
+
+
 # a reference network file as the user gives one (a DiT_models table of constructors, forward(x, t, y))
 REFERENCE_DIT = """import torch.nn as nn
 

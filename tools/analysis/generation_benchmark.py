@@ -14,11 +14,11 @@ constructors, the same forward(x, t, y)).
     python tools/analysis/generation_benchmark.py --archs S/2 --sizes 32 --batch 4 --rounds 3   # CPU
     python tools/analysis/generation_benchmark.py --dit-models DiT/models.py --release-dit WeightFormer/model/wfm_dit.py
     python tools/analysis/generation_benchmark.py --modes train train-cp     # what activation checkpointing saves
+    python tools/analysis/generation_benchmark.py --profile --archs S/2 --sizes 32 --modes train  # where time goes
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os.path as osp
 import statistics
 from collections.abc import Callable
@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
-from mmwf.analysis.timing import interleaved_times, last_line_of, step_memory
+from mmwf.analysis.timing import interleaved_times, last_line_of, module_from_file, step_memory, step_profile
 from mmwf.registry import MODELS
 
 FAMILIES = {'WF-DiT': 'WeightFormerDiT', 'DiT': 'DiT'}
@@ -36,12 +36,7 @@ REFERENCES = {'DiT (facebookresearch)': 'dit_models', 'WF-DiT (release)': 'relea
 def reference_denoiser(path: str, arch: str, size: int) -> nn.Module:
     """``DiT_models['DiT-<arch>'](input_size=size)`` of the reference file at ``path``, with the attributes our
     diffusion reads."""
-    if not osp.isfile(path):
-        raise FileNotFoundError(f'{path}: no such file (give the reference repository\'s models.py or '
-                                'model/wfm_dit.py)')
-    spec = importlib.util.spec_from_file_location(f'reference_{abs(hash(path))}', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = module_from_file(path, "facebookresearch/DiT's models.py or the release's model/wfm_dit.py")
     net = module.DiT_models[f'DiT-{arch}'](input_size=size, num_classes=1000)
     net.num_classes = 1000
     return net
@@ -93,6 +88,8 @@ def main() -> None:
     parser.add_argument('--dit-models', help="facebookresearch/DiT's models.py, compared as 'DiT (facebookresearch)'")
     parser.add_argument('--release-dit', help="the WeightFormer release's model/wfm_dit.py, as 'WF-DiT (release)'")
     parser.add_argument('--no-memory', action='store_true')
+    parser.add_argument('--profile', action='store_true',
+                        help="instead of the comparison: each family's step by phase and operator group (CPU)")
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     parser.add_argument('--threads', type=int, default=None)
     parser.add_argument('--memory-probe', nargs=6, help=argparse.SUPPRESS)
@@ -106,6 +103,9 @@ def main() -> None:
         print(step_memory(step, args.device))
         return
     families = [*FAMILIES, *files]
+    if args.profile:
+        print_profiles(families, files, args)
+        return
 
     def memory(family: str, arch: str, size: int, mode: str) -> str:
         if args.no_memory:
@@ -132,6 +132,34 @@ def main() -> None:
                 mem = [memory(f, arch, size, mode) for f in families]
                 print(f'| {arch} | {size}x{size} | {mode} | ' + ' | '.join(f'{statistics.median(t):.3f}' for t in times)
                       + ' | ' + ' | '.join(f'{r:.2f}x' for r in ratios) + ' | ' + ' | '.join(mem) + ' |', flush=True)
+
+
+def print_profiles(families: list[str], files: dict[str, str], args: argparse.Namespace) -> None:
+    """Per arch, size and mode: milliseconds of one step (the median of ``--rounds`` profiled steps after a warm-up)
+    by phase and operator group, each family side by side."""
+    phases = ('forward', 'backward', 'optimizer')
+    print(f'device cpu, torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch}; CPU ms of '
+          f'one step by phase and operator group (own time of the aten operators), median of {args.rounds} steps')
+    for arch in args.archs:
+        for size in args.sizes:
+            for mode in args.modes:
+                medians = {}
+                for family in families:
+                    step = make_step(family, arch, size, args.batch, mode, 'cpu', files.get(family))
+                    step()
+                    runs = [step_profile(step) for _ in range(args.rounds)]
+                    medians[family] = {k: statistics.median(r.get(k, 0.0) for r in runs)
+                                       for k in set().union(*runs)}
+                groups = sorted({g for m in medians.values() for p, g in m if p != 'all'})
+                shown = phases if mode.startswith('train') else phases[:1]
+                print(f'\n{arch}, {size}x{size} latents, {mode}')
+                print('| group | ' + ' | '.join(f'{f} {p}' for f in families for p in shown) + ' |')
+                print('|---' * (1 + len(families) * len(shown)) + '|')
+                for group in groups:
+                    cells = [f'{medians[f].get((p, group), 0.0):.0f}' for f in families for p in shown]
+                    print(f'| {group} | ' + ' | '.join(cells) + ' |')
+                walls = [f'{medians[f][("all", "step")]:.0f}' if p == shown[0] else '' for f in families for p in shown]
+                print('| step (wall) | ' + ' | '.join(walls) + ' |')
 
 
 if __name__ == '__main__':

@@ -4,6 +4,12 @@ step of the Cascade configs (1024 x 1024). Needs torch, timm and mmengine only.
 
     python tools/analysis/train_step_benchmark.py --device cuda --part classifier --batch 256 --size 224 --amp
     python tools/analysis/train_step_benchmark.py --device cuda --part backbone+pyramid --batch 4 --size 1024 --amp
+    python tools/analysis/train_step_benchmark.py --models wf-t deit-t --release-wfm WeightFormer/model/wfm.py \
+        --batch 16 --size 224 --device cpu
+
+``--release-wfm`` adds the WeightFormer release's own classifiers (its ``model/wfm.py``, read from the user's path)
+for each ``wf-{t,s}`` asked for, as ``wf-t (release)`` and so on: its ``VisionTransformer`` with the arguments of its
+``wfm_tiny`` / ``wfm_small`` (built directly: their timm-0.4 builder call fails on timm 1.x).
 """
 from __future__ import annotations
 
@@ -13,7 +19,10 @@ import time
 
 import torch
 
+from mmwf.analysis.timing import module_from_file
 from mmwf.analysis.train_step import PARTS, train_step
+
+RELEASE_ARGS = {'wf-t': dict(embed_dim=192, depth=17), 'wf-s': dict(embed_dim=384, depth=17)}
 
 
 def main() -> None:
@@ -26,9 +35,17 @@ def main() -> None:
     parser.add_argument('--rounds', type=int, default=5)
     parser.add_argument('--iters', type=int, default=3, help='steps per round')
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    parser.add_argument('--release-wfm', help="the WeightFormer release's model/wfm.py: its classifiers side by side")
     args = parser.parse_args()
     cuda = args.device.startswith('cuda')
     steps = {name: train_step(name, args.part, args.batch, args.size, args.device, args.amp)[0] for name in args.models}
+    if args.release_wfm:
+        release = module_from_file(args.release_wfm, "the release's model/wfm.py")
+        for name in [n for n in args.models if n in RELEASE_ARGS]:
+            network = release.VisionTransformer(img_size=args.size, patch_size=16, num_classes=1000,
+                                                **RELEASE_ARGS[name])
+            steps[f'{name} (release)'] = train_step(name, args.part, args.batch, args.size, args.device, args.amp,
+                                                    network)[0]
     times, peaks = {n: [] for n in steps}, {}
     for name, step in steps.items():  # warm-up, and the peak of one step
         step()

@@ -1,0 +1,48 @@
+"""Where a block's time goes, by engine: the token mixer (DeiT's attention operator, WeightFormer's dynamic
+depthwise conv) against the channel mixer (DeiT's MLP, WeightFormer's MLP with its dynamic linears) of one block,
+across sequence lengths, and the length at which the token mixer starts to cost more."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+
+Mixer = Callable[[torch.Tensor], torch.Tensor]
+
+
+def block_engines(name: str, hw: tuple[int, int]) -> tuple[nn.Module, Mixer, Mixer]:
+    """(block, token mixer, channel mixer) of one block of the classifier ``name`` (:func:`~.models.classifier_config`:
+    ``deit-t``, ``deit-t-relu``, ``wf-t``, ...) on an ``hw`` grid; for WeightFormer its first dynamic block. Each
+    mixer maps the normalised tokens (B, H*W, C) its branch receives to the branch's output, residual excluded:
+    ``x' = x + token(norm1(x))``, ``block(x) = x' + channel(norm2(x'))`` (a WeightFormer dynamic block normalises
+    the stream first: ``x' = norm1(x) + token(norm1(x))``)."""
+    from mmwf.models.layers.ffn import swiglu
+
+    from .models import build_backbone
+    backbone = build_backbone(name)
+    if type(backbone).__name__ == 'DeiT':
+        block = backbone.blocks[0]
+        return block, lambda x: block.attn(x, hw), block.mlp
+    block = next(b for b in backbone.blocks if type(b.dwc).__name__ != 'StaticDWConv')
+
+    def channel(z: torch.Tensor) -> torch.Tensor:
+        y = block.linear1(z, hw)
+        y = swiglu(y) if block.swiglu else block.act(y)
+        return block.linear2(y, hw, z) if block.linear2_context else block.linear2(y, hw)
+    return block, lambda x: block.dwc(x, hw), channel
+
+
+def crossover(lengths: list[int], token: list[float], channel: list[float]) -> float | None:
+    """The sequence length at which the token mixer's time first exceeds the channel mixer's: the log-ratio
+    log(token / channel) interpolated linearly in log length between the two measured lengths around its sign
+    change; the first length if it already exceeds there; None if it never does."""
+    ratios = [math.log(t / c) for t, c in zip(token, channel)]
+    if ratios[0] > 0:
+        return float(lengths[0])
+    for (n0, r0), (n1, r1) in zip(zip(lengths, ratios), zip(lengths[1:], ratios[1:])):
+        if r1 > 0:
+            f = -r0 / (r1 - r0)
+            return math.exp(math.log(n0) + f * (math.log(n1) - math.log(n0)))
+    return None
