@@ -7,7 +7,9 @@
 # 2. tools/analysis/benchmark.py on CUDA at 224 / 1024 / 1248 (throughput, peak and activation memory);
 # 3. tools/analysis/train_step_benchmark.py: a training step of WF-T vs DeiT-T, the ImageNet recipe's (batch 256 at
 #    224, AMP) and backbone + SimpleFeaturePyramid at 1024 (batch 4, AMP);
-# 4. tools/analysis/generation_benchmark.py: WF-DiT vs DiT training and sampling steps at batch 32;
+# 4. tools/analysis/generation_benchmark.py: WF-DiT vs DiT training and sampling steps at batch 32 (with
+#    facebookresearch DiT's models.py and the release's model/wfm_dit.py when $DIT_MODELS / $RELEASE_DIT name them);
+# 4b. tools/analysis/engine_split.py: one block's token mixer against its channel mixer, 224 to 2048 px, and its plot;
 # 5. with two GPUs: the generation configs' per-rank seeds, TF32 and DDP under NCCL, one table.
 # mmengine and pytest are installed first when missing: from the wheels in $MMWF_WHEELS if set (offline), else PyPI.
 set -euo pipefail
@@ -34,7 +36,13 @@ for spec in "classifier 256 224" "backbone+pyramid 4 1024"; do
   "$PY" tools/analysis/train_step_benchmark.py --device cuda --part "$1" --batch "$2" --size "$3" --amp \
     2>&1 | tee -a "$OUT/train_step.txt"
 done
-"$PY" tools/analysis/generation_benchmark.py --device cuda --batch 32 --rounds 5 2>&1 | tee "$OUT/generation.txt"
+REFS=()
+[ -n "${DIT_MODELS:-}" ] && REFS+=(--dit-models "$DIT_MODELS")
+[ -n "${RELEASE_DIT:-}" ] && REFS+=(--release-dit "$RELEASE_DIT")
+"$PY" tools/analysis/generation_benchmark.py --device cuda --batch 32 --rounds 5 "${REFS[@]}" 2>&1 \
+  | tee "$OUT/generation.txt"
+"$PY" tools/analysis/engine_split.py --device cuda --rounds 5 --plot "$OUT/engine_split.png" 2>&1 \
+  | tee "$OUT/engine_split.txt"
 # 5. two GPUs (when the machine has them): the per-rank seed rule of the generation configs under NCCL, as
 #    tests/engine/test_world.py checks it on gloo (the other families' configs need mmdet / mmseg / mmpretrain)
 if [ "$("$PY" -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then

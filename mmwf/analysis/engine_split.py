@@ -35,14 +35,15 @@ def block_engines(name: str, hw: tuple[int, int]) -> tuple[nn.Module, Mixer, Mix
 
 
 def crossover(lengths: list[int], token: list[float], channel: list[float]) -> float | None:
-    """The sequence length at which the token mixer's time first exceeds the channel mixer's: the log-ratio
-    log(token / channel) interpolated linearly in log length between the two measured lengths around its sign
-    change; the first length if it already exceeds there; None if it never does."""
+    """The sequence length from which on the token mixer's time exceeds the channel mixer's at every measured
+    length: the log-ratio log(token / channel) interpolated linearly in log length across its last rise through 0;
+    the first length if it is above everywhere; None if it is not above at the last length."""
     ratios = [math.log(t / c) for t, c in zip(token, channel)]
-    if ratios[0] > 0:
+    if ratios[-1] <= 0:
+        return None
+    below = [i for i, r in enumerate(ratios) if r <= 0]
+    if not below:
         return float(lengths[0])
-    for (n0, r0), (n1, r1) in zip(zip(lengths, ratios), zip(lengths[1:], ratios[1:])):
-        if r1 > 0:
-            f = -r0 / (r1 - r0)
-            return math.exp(math.log(n0) + f * (math.log(n1) - math.log(n0)))
-    return None
+    i = below[-1]
+    f = -ratios[i] / (ratios[i + 1] - ratios[i])
+    return math.exp(math.log(lengths[i]) + f * (math.log(lengths[i + 1]) - math.log(lengths[i])))

@@ -29,8 +29,11 @@ def test_crossover_interpolates_the_log_ratio_in_log_length():
     lengths = [100, 400, 1600]
     # ratios 1/2, 2, 8: log-ratio -ln2 at 100 and +ln2 at 400, so the sign changes halfway in log length
     assert crossover(lengths, [1, 4, 16], [2, 2, 2]) == pytest.approx(math.sqrt(100 * 400))
-    assert crossover(lengths, [3, 4, 16], [2, 2, 2]) == 100  # already above at the first length
+    assert crossover(lengths, [3, 4, 16], [2, 2, 2]) == 100  # above at every length
     assert crossover(lengths, [1, 1, 1], [2, 2, 2]) is None
+    # above at the first length only (equal engines, noise): no crossover; above, below, above: the last rise
+    assert crossover(lengths, [3, 1, 1], [2, 2, 2]) is None
+    assert crossover(lengths, [3, 1, 4], [2, 2, 2]) == pytest.approx(math.sqrt(400 * 1600))
 
 
 def test_tool_prints_both_modes_and_plots(tmp_path):

@@ -59,7 +59,7 @@ def main() -> None:
     results = {}
     for mode in args.modes:
         print(f'\n{mode}\n| model | token mixer | ' + ' | '.join(f'{s} px ({n})' for s, n in zip(args.sizes, lengths))
-              + ' | crossover tokens (px) |')
+              + ' | tokens (px) from which the token mixer costs more |')
         print('|---' * (3 + len(args.sizes)) + '|')
         for model in args.models:
             token, channel = [], []

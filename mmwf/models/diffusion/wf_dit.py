@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from mmwf.models.layers import (
     AdaptiveDynamicDWConv,
@@ -20,6 +19,7 @@ from mmwf.models.layers import (
     StaticDWConv,
     StaticLinear,
     dynamic_block_ids,
+    gelu_linear,
     resolve_arch,
 )
 from mmwf.registry import MODELS
@@ -48,8 +48,8 @@ class WFDiTBlock(nn.Module):
         shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN_modulation(c).chunk(6, dim=1)
         x = self.norm1(x)
         x = gated(x, gate1, self.dwc(modulate(x, shift1, scale1), hw))
-        y = F.gelu(self.linear1(modulate(self.norm2(x), shift2, scale2), hw), approximate='tanh')
-        return gated(x, gate2, self.linear2(y))
+        h = self.linear1(modulate(self.norm2(x), shift2, scale2), hw)
+        return gated(x, gate2, gelu_linear(h, self.linear2, approximate='tanh'))
 
 
 @MODELS.register_module()

@@ -25,7 +25,7 @@ from .dynamic_linear import (
                              NonlinearDynamicLinear,
                              StaticLinear,
 )
-from .ffn import FFN_TYPES, ffn_widths, swiglu
+from .ffn import FFN_TYPES, ffn_widths, gelu_linear, swiglu
 from .implementation import implementation
 from .norm import TOKEN_NORMS, LayerNorm2d, build_token_norm
 from .sequence import run_blocks
@@ -45,7 +45,7 @@ from .ttt_attention import TTTAttention
 OPERATORS = {'softmax': SoftmaxAttention, 'elu': ELUAttention, 'relu': ReLUAttention, 'inline': InLineAttention,
              'mhla': MHLAttention, 'ttt': TTTAttention}
 
-__all__ = ['LayerNorm2d', 'TOKEN_NORMS', 'build_token_norm', 'FFN_TYPES', 'ffn_widths', 'swiglu',
+__all__ = ['LayerNorm2d', 'TOKEN_NORMS', 'build_token_norm', 'FFN_TYPES', 'ffn_widths', 'gelu_linear', 'swiglu',
            'DynamicLinear', 'GAPDynamicLinear', 'LinearDynamicLinear', 'NonlinearDynamicLinear',
            'DeepDynamicLinear', 'BilateralDynamicLinear', 'StaticLinear', 'DynamicDWConv', 'GAPDynamicDWConv',
            'AdaptiveDynamicDWConv', 'AmpDirDynamicDWConv', 'ConvDynamicDWConv', 'StaticDWConv', 'AttentionBase',

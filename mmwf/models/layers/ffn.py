@@ -5,6 +5,7 @@ width is 2/3 of the MLP's (8/3 C for ``mlp_ratio`` 4), which keeps the parameter
 from __future__ import annotations
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 FFN_TYPES = ('mlp', 'swiglu')
@@ -25,3 +26,39 @@ def swiglu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
     """(..., 2h) packed [gate | up] -> (..., h): SiLU(gate) * up (``inplace``: into SiLU's fresh output)."""
     gate, up = x.chunk(2, dim=-1)
     return F.silu(gate).mul_(up) if inplace else F.silu(gate) * up
+
+
+class _GeluLinear(torch.autograd.Function):
+    """linear(GELU(h)) that keeps only h for its backward pass and computes GELU(h) there again."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                approximate: str) -> torch.Tensor:
+        ctx.save_for_backward(h, weight)
+        ctx.approximate, ctx.has_bias = approximate, bias is not None
+        return F.linear(F.gelu(h, approximate=approximate), weight, bias)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        h, weight = ctx.saved_tensors
+        flat = dy.reshape(-1, dy.shape[-1])
+        grad_w = grad_b = grad_h = None
+        if ctx.needs_input_grad[1]:  # dy^T GELU(h), in dy's dtype under autocast
+            g = F.gelu(h, approximate=ctx.approximate).to(dy.dtype)
+            grad_w = (flat.t() @ g.reshape(-1, g.shape[-1])).to(weight.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = flat.sum(0).to(weight.dtype)
+        if ctx.needs_input_grad[0]:
+            grad_h = torch.ops.aten.gelu_backward(dy @ weight.to(dy.dtype), h.to(dy.dtype),
+                                                  approximate=ctx.approximate).to(h.dtype)
+        return grad_h, grad_w, grad_b, None
+
+
+def gelu_linear(h: torch.Tensor, linear: nn.Linear, approximate: str = 'none') -> torch.Tensor:
+    """``linear(F.gelu(h, approximate=approximate))`` for the hidden tokens h (..., hidden) of an MLP. While autograd
+    records, GELU(h) is computed again in the backward pass instead of being kept: the MLP keeps its hidden tensor
+    once, not twice (its largest activation), for one more element-wise pass."""
+    if torch.is_grad_enabled() and (h.requires_grad or linear.weight.requires_grad):
+        return _GeluLinear.apply(h, linear.weight, linear.bias, approximate)
+    return linear(F.gelu(h, approximate=approximate))
