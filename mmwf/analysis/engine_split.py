@@ -18,20 +18,13 @@ def block_engines(name: str, hw: tuple[int, int]) -> tuple[nn.Module, Mixer, Mix
     mixer maps the normalised tokens (B, H*W, C) its branch receives to the branch's output, residual excluded:
     ``x' = x + token(norm1(x))``, ``block(x) = x' + channel(norm2(x'))`` (a WeightFormer dynamic block normalises
     the stream first: ``x' = norm1(x) + token(norm1(x))``)."""
-    from mmwf.models.layers.ffn import swiglu
-
     from .models import build_backbone
     backbone = build_backbone(name)
     if type(backbone).__name__ == 'DeiT':
         block = backbone.blocks[0]
         return block, lambda x: block.attn(x, hw), block.mlp
     block = next(b for b in backbone.blocks if type(b.dwc).__name__ != 'StaticDWConv')
-
-    def channel(z: torch.Tensor) -> torch.Tensor:
-        y = block.linear1(z, hw)
-        y = swiglu(y) if block.swiglu else block.act(y)
-        return block.linear2(y, hw, z) if block.linear2_context else block.linear2(y, hw)
-    return block, lambda x: block.dwc(x, hw), channel
+    return block, lambda x: block.dwc(x, hw), lambda z: block.channel_mixer(z, hw)
 
 
 def crossover(lengths: list[int], token: list[float], channel: list[float]) -> float | None:

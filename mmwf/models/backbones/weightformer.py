@@ -84,11 +84,15 @@ class WeightFormerBlock(nn.Module):
         x = self.norm1(x)
         y = self.dwc(x, hw)
         x = y.add_(x) if inplace else y + x
-        z = self.norm2(x)
+        y = self.drop_path(self.channel_mixer(self.norm2(x), hw, inplace))
+        return y.add_(x) if inplace else y + x
+
+    def channel_mixer(self, z: torch.Tensor, hw: tuple[int, int], inplace: bool = False) -> torch.Tensor:
+        """The MLP branch on its normalised input z (B, H*W, C), before stochastic depth and the residual:
+        drop(linear2(drop(act(linear1(z))))) (``inplace``: the activation in place on linear1's fresh output)."""
         y = self.linear1(z, hw)
         y = self.drop(swiglu(y, inplace) if self.swiglu else torch.ops.aten.gelu_(y) if inplace else self.act(y))
-        y = self.drop_path(self.drop(self.linear2(y, hw, z) if self.linear2_context else self.linear2(y, hw)))
-        return y.add_(x) if inplace else y + x
+        return self.drop(self.linear2(y, hw, z) if self.linear2_context else self.linear2(y, hw))
 
 
 @MODELS.register_module()

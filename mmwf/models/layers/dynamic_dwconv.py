@@ -13,7 +13,7 @@ from torch.nn.init import trunc_normal_
 
 from mmwf.registry import MODELS
 
-from .implementation import kernel
+from .implementation import kernel, records_autograd
 from .tokens import map_to_tokens, tokens_to_map
 
 
@@ -55,8 +55,7 @@ def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch
     B, C, H, W = x.shape
     k = weight.shape[-1]
     if impl == 'auto':
-        autograd = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-        impl = kernel('depthwise_conv', x.device, autograd)
+        impl = kernel('depthwise_conv', x.device, records_autograd(x, weight))
     if impl == 'loop':
         return torch.cat([F.conv2d(x[i:i + 1], weight[i].unsqueeze(1), bias, padding=k // 2, groups=C)
                           for i in range(B)])

@@ -13,7 +13,7 @@ from torch.nn.init import trunc_normal_
 
 from mmwf.registry import MODELS
 
-from .implementation import kernel
+from .implementation import kernel, records_autograd
 from .tokens import pool_tokens
 
 ORDERS = ('auto', 'tokens', 'core')
@@ -49,18 +49,21 @@ ELEMENT_PASS_COST = 8
 ELEMENT_PASSES = {False: 3, True: 12}
 
 
-def weight_form(costs: dict[str, dict[str, int]], order: str, weight_elements: int, autograd: bool) -> str:
-    """How a dynamic linear with a low-rank update applies it: the :func:`~.implementation.kernel` of
-    ``'dynamic_weight'``, and for ``'cheaper'`` the form whose multiply-adds (``costs[form][order]``, the order
-    by :func:`product_order`) are the fewer once the materialized form is charged its passes over the
-    ``weight_elements`` (Cin * Cout) of each sample's weight (``'factored'`` on a tie)."""
+def weight_form(costs: dict[str, dict[str, int]], order: str, weight_elements: int,
+                autograd: bool) -> tuple[str, str]:
+    """(form, order) in which a dynamic linear with a low-rank update applies it: the form is the
+    :func:`~.implementation.kernel` of ``'dynamic_weight'``, and for ``'cheaper'`` the one whose multiply-adds
+    (``costs[form][order]``) are the fewer once the materialized form is charged its passes over the
+    ``weight_elements`` (Cin * Cout) of each sample's weight (``'factored'`` on a tie); the order is
+    :func:`product_order`'s within that form."""
     form = kernel('dynamic_weight')
-    if form != 'cheaper':
-        return form
-    factored, materialized = (costs[form][product_order(order, costs[form]['tokens'], costs[form]['core'])]
-                              for form in ('factored', 'materialized'))
-    passes = ELEMENT_PASS_COST * ELEMENT_PASSES[autograd] * weight_elements
-    return 'factored' if factored <= materialized + passes else 'materialized'
+    forms = ('factored', 'materialized') if form == 'cheaper' else (form,)
+    orders = {f: product_order(order, costs[f]['tokens'], costs[f]['core']) for f in forms}
+    if form == 'cheaper':
+        factored, materialized = (costs[f][orders[f]] for f in forms)
+        passes = ELEMENT_PASS_COST * ELEMENT_PASSES[autograd] * weight_elements
+        form = 'factored' if factored <= materialized + passes else 'materialized'
+    return form, orders[form]
 
 
 class DynamicLinear(nn.Module):
@@ -293,9 +296,8 @@ class BilateralDynamicLinear(DynamicLinear):
         least (:meth:`costs`)."""
         a, b = self.predict(x if context is None else context, hw)
         costs = self.costs(a.shape[1], x.shape[1])
-        autograd = torch.is_grad_enabled() and (x.requires_grad or self.w.requires_grad)
-        form = weight_form(costs, self.order, self.in_features * self.out_features, autograd)
-        order = product_order(self.order, costs[form]['tokens'], costs[form]['core'])
+        form, order = weight_form(costs, self.order, self.in_features * self.out_features,
+                                  records_autograd(x, self.w))
         if form == 'factored':
             return self.apply_factors(x, *self.factors(a, b, order))
         return self.apply_update(x, self.product(a, b, order))

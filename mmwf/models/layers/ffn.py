@@ -8,6 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .implementation import records_autograd
+
 FFN_TYPES = ('mlp', 'swiglu')
 
 
@@ -59,6 +61,6 @@ def gelu_linear(h: torch.Tensor, linear: nn.Linear, approximate: str = 'none') -
     """``linear(F.gelu(h, approximate=approximate))`` for the hidden tokens h (..., hidden) of an MLP. While autograd
     records, GELU(h) is computed again in the backward pass instead of being kept: the MLP keeps its hidden tensor
     once, not twice (its largest activation), for one more element-wise pass."""
-    if torch.is_grad_enabled() and (h.requires_grad or linear.weight.requires_grad):
+    if records_autograd(h, linear.weight):
         return _GeluLinear.apply(h, linear.weight, linear.bias, approximate)
     return linear(F.gelu(h, approximate=approximate))

@@ -41,6 +41,12 @@ def implementation() -> str:
     return 'eager'
 
 
+def records_autograd(*tensors: torch.Tensor) -> bool:
+    """Whether autograd records an operation on ``tensors`` (its backward pass follows): grad mode is on and one of
+    them requires grad."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def kernel(operation: str, device: torch.device | None = None, autograd: bool = False) -> str:
     """The kernel of ``operation`` (a column of :data:`KERNELS`) under the running :func:`implementation`, on
     ``device`` and with or without ``autograd`` when the choice depends on them.
