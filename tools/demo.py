@@ -11,7 +11,7 @@ The ``distill-*`` tasks also print ``loss_distill`` at the first and the last lo
 ground truth and the prediction of the first four validation images (``tools/test.py --show-dir``) into
 ``WORK_DIR/TASK/pictures/`` and prints their paths. ``gen`` trains the WF-DiT demo and its DiT baseline the same
 way, samples ``--samples-per-class`` images per class from each (EMA weights), and prints the share that a small
-WeightFormer classifier, trained on the real images with their colour channels shuffled (so that it reads shapes, not
+CNN classifier, trained on the real images with their colour channels shuffled (so that it reads shapes, not
 colours), assigns to the conditioning class, with its 95 % interval (and its share on real validation images), and
 the Fréchet distance of samples and training images in that classifier's features (not FID; only with at least twice
 as many samples as features); ``WORK_DIR/gen/samples.png`` shows 8 samples per class of each model.

@@ -37,17 +37,29 @@ def background(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
+VERTICES = (32, 4, 3)  # of each class's polygon: circle, square, triangle
+
+
 def shape_polygon(rng: np.random.Generator, cls: int, height: int, width: int,
-                  radius: tuple[float, float] = (0.12, 0.25)) -> np.ndarray:
-    """Polygon (K, 2) of one object, inside the image; its radius a uniform share ``radius`` of the shorter side."""
+                  radius: tuple[float, float] = (0.12, 0.25), equal_area: bool = False,
+                  centre_jitter: float | None = None, upright: bool = False) -> np.ndarray:
+    """Polygon (K, 2) of one object, inside the image; its radius a uniform share ``radius`` of the shorter side,
+    or with ``equal_area`` the radius that gives the area of a circle of that radius (every class the same size);
+    its centre anywhere it fits, or within ``centre_jitter`` pixels of the image centre; turned by a random angle,
+    or ``upright`` (a square's sides along the axes, a triangle's apex up)."""
+    n = VERTICES[cls]
     r = rng.uniform(*radius) * min(height, width)
-    cx, cy = rng.uniform(r + 2, np.array([width, height]) - r - 2)
-    if cls == 0:
-        angles = np.linspace(0, 2 * np.pi, 32, endpoint=False)
-    elif cls == 1:
-        angles = np.linspace(0, 2 * np.pi, 4, endpoint=False) + rng.uniform(0, np.pi / 2)
+    if equal_area:  # a regular n-gon of circumradius R covers n / 2 sin(2 pi / n) R^2
+        r *= np.sqrt(np.pi / (n / 2 * np.sin(2 * np.pi / n)))
+    if centre_jitter is None:
+        cx, cy = rng.uniform(r + 2, np.array([width, height]) - r - 2)
     else:
-        angles = np.linspace(0, 2 * np.pi, 3, endpoint=False) + rng.uniform(0, 2 * np.pi)
+        cx, cy = np.array([width, height]) / 2 + rng.uniform(-centre_jitter, centre_jitter, 2)
+    angles = np.linspace(0, 2 * np.pi, n, endpoint=False)
+    if cls == 1:
+        angles += np.pi / 4 if upright else rng.uniform(0, np.pi / 2)
+    elif cls == 2:
+        angles += -np.pi / 2 if upright else rng.uniform(0, 2 * np.pi)
     return np.stack([cx + r * np.cos(angles), cy + r * np.sin(angles)], 1)
 
 
@@ -120,15 +132,17 @@ def write_classification(root: str, split: str, count: int, size: int | tuple[in
 
 def write_generation(root: str, split: str, count: int, size: int, rng: np.random.Generator) -> None:
     """The generation demo's class folders, ``root/split/<class>/*.png`` (lossless, ``size`` x ``size``): one
-    shape per image (classes in turn, radius 22-36 % of the side), filled with a random saturated colour, on a plain
-    background of a random muted colour."""
+    shape per image (classes in turn, each covering the area of a circle of radius 19-27 % of the side, so that size
+    does not tell the classes apart), filled with a random saturated colour, on a plain background of a random muted
+    colour."""
     for i in range(count):
         cls = i % len(CLASSES)
         img = np.empty((size, size, 3), np.uint8)
         img[:] = rng.uniform(60, 200, 3)
         hue = np.array([[[rng.uniform(0, 180), 255, 255]]], np.uint8)
         colour = cv2.cvtColor(hue, cv2.COLOR_HSV2BGR)[0, 0].tolist()
-        poly = shape_polygon(rng, cls, size, size, radius=(0.22, 0.36))
+        poly = shape_polygon(rng, cls, size, size, radius=(0.2, 0.27), equal_area=True, centre_jitter=size / 16,
+                             upright=True)
         cv2.fillPoly(img, [np.round(poly * 16).astype(np.int32)], colour, lineType=cv2.LINE_AA, shift=4)
         os.makedirs(osp.join(root, split, CLASSES[cls]), exist_ok=True)
         cv2.imwrite(osp.join(root, split, CLASSES[cls], f'{i:05d}.png'), img)

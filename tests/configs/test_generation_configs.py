@@ -54,12 +54,12 @@ def test_demos_differ_in_data_size_and_schedule(demo, row, family):
                        'max_iters', 'train_cfg', 'optim_wrapper', 'custom_hooks', 'default_hooks', 'env_cfg',
                        'auto_scale_lr'}
     assert (cfg.num_classes, cfg.max_iters, cfg.test_dataloader, cfg.test_cfg, cfg.test_evaluator) == (
-        3, 1200, None, None, None)
+        3, 2200, None, None, None)
     assert cfg.train_dataloader.dataset == dict(type='ClassFolderImages', root='data/demo/gen/train', size=16)
     loader = ('batch_size', 'num_workers', 'persistent_workers', 'dataset')
     assert {k: v for k, v in cfg.train_dataloader.items() if k not in loader} == {
         k: v for k, v in real.train_dataloader.items() if k not in loader}  # sampler, collate, drop_last
-    assert cfg.train_cfg == dict(real.train_cfg, max_iters=1200, val_interval=1201)
+    assert cfg.train_cfg == dict(real.train_cfg, max_iters=2200, val_interval=2201)
     assert cfg.optim_wrapper == dict(real.optim_wrapper, optimizer=dict(real.optim_wrapper.optimizer, lr=3e-3))
     assert cfg.custom_hooks == [dict(real.custom_hooks[0], momentum=5e-3), real.custom_hooks[1]]
     assert cfg.env_cfg == dict(real.env_cfg, dist_cfg=dict(backend='gloo'))
