@@ -10,6 +10,8 @@
 # 4. tools/analysis/generation_benchmark.py: WF-DiT vs DiT training and sampling steps at batch 32 (with
 #    facebookresearch DiT's models.py and the release's model/wfm_dit.py when $DIT_MODELS / $RELEASE_DIT name them);
 # 4b. tools/analysis/engine_split.py: one block's token mixer against its channel mixer, 224 to 2048 px, and its plot;
+# 4c. tools/analysis/onnx_benchmark.py: ONNX Runtime's CUDA execution provider (fp32 and fp16) against eager PyTorch,
+#     WF-T and DeiT-T at 224 and 1024 (when onnxruntime-gpu and onnxscript are installed);
 # 5. with two GPUs: the generation configs' per-rank seeds, TF32 and DDP under NCCL, one table.
 # mmengine and pytest are installed first when missing: from the wheels in $MMWF_WHEELS if set (offline), else PyPI.
 set -euo pipefail
@@ -43,6 +45,16 @@ REFS=()
   | tee "$OUT/generation.txt"
 "$PY" tools/analysis/engine_split.py --device cuda --rounds 5 --plot "$OUT/engine_split.png" 2>&1 \
   | tee "$OUT/engine_split.txt"
+if "$PY" -c 'import onnxscript, onnxruntime as o; assert "CUDAExecutionProvider" in o.get_available_providers()' \
+    2>/dev/null; then
+  for precision in "" --fp16; do
+    "$PY" tools/analysis/onnx_benchmark.py --device cuda $precision --rounds 10 --repeat 10 \
+      --work-dir "$OUT/onnx" 2>&1 | tee -a "$OUT/onnx_benchmark.txt"
+  done
+else
+  echo "onnx_benchmark: skipped (no onnxruntime-gpu with CUDAExecutionProvider, or no onnxscript)" \
+    | tee "$OUT/onnx_benchmark.txt"
+fi
 # 5. two GPUs (when the machine has them): the per-rank seed rule of the generation configs under NCCL, as
 #    tests/engine/test_world.py checks it on gloo (the other families' configs need mmdet / mmseg / mmpretrain)
 if [ "$("$PY" -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-OPSET = 18  # read by ONNX Runtime and TensorRT 8.6+ / 10
+OPSET = 20  # GELU as one op (ONNX Runtime runs it fused; a function op, expanded where a runtime lacks it)
 
 
 class ExportWrapper(nn.Module):
@@ -49,14 +49,19 @@ def exportable_model(config: str, checkpoint: str | None = None) -> tuple[Export
     if checkpoint:
         load_strict(model, load_state_dict_file(checkpoint), checkpoint)
     kind = {'mmpretrain': 'classifier', 'mmdet': 'backbone+neck', 'mmseg': 'segmentor'}[cfg.default_scope]
-    backbone = model.backbone
+    return ExportWrapper(model, kind), export_facts(model.backbone, kind)
+
+
+def export_facts(backbone: nn.Module, kind: str) -> dict:
+    """What exporting a model of ``backbone`` needs: ``kind``, ``stride`` (the input size must be a multiple of it)
+    and ``min_size`` (the smallest side)."""
     patch = backbone.patch_size
     stride = patch if kind == 'classifier' else 2 * patch  # the pyramids' 1/32 level halves the grid once more
     # export specialises a size of 1: every pooled grid (WeightFormer's 2 x 2 pooling, the pyramids' 1/32 level)
     # and every count of windows must stay above 1 for the graph to serve all sizes
     min_grid = max(4, *((getattr(b, 'window_size', 0) or 0) + 1 for b in getattr(backbone, 'blocks', [])))
     min_size = (min_grid * patch + stride - 1) // stride * stride
-    return ExportWrapper(model, kind), dict(kind=kind, stride=stride, min_size=min_size)
+    return dict(kind=kind, stride=stride, min_size=min_size)
 
 
 def dynamic_shapes(facts: dict, max_size: int = 4096, max_batch: int = 1024) -> dict:
@@ -73,12 +78,13 @@ def dynamic_shapes(facts: dict, max_size: int = 4096, max_batch: int = 1024) -> 
 
 def export_onnx(module: nn.Module, shape: tuple[int, int], out: str, facts: dict, dynamic: bool = False,
                 opset: int = OPSET) -> str:
-    """Export ``module`` (in eval mode) at input (1, 3, H, W) (batch 2 when dynamic) with the dynamo exporter to
-    ``out``."""
+    """Export ``module`` (in eval mode) at input (1, 3, H, W) (batch 2 when dynamic; on the device and in the dtype
+    of its weights) with the dynamo exporter to ``out``."""
     if module.training:
         raise ValueError(f'{type(module).__name__} is in training mode: call .eval() before exporting (dropout, drop '
                          'path and batch statistics are training-only)')
-    x = torch.randn(2 if dynamic else 1, 3, *shape)
+    weight = next(module.parameters())
+    x = torch.randn(2 if dynamic else 1, 3, *shape, dtype=weight.dtype, device=weight.device)
     with torch.no_grad():
         program = torch.onnx.export(module, (x,), dynamo=True, opset_version=opset, verbose=False,
                                     dynamic_shapes=dynamic_shapes(facts) if dynamic else None)

@@ -3,6 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -77,6 +78,27 @@ def test_weightformer_classifier_exports_with_dynamic_batch_and_size(tmp_path):
     facts = dict(kind='classifier', stride=16, min_size=64)
     path = export_onnx(module, (96, 128), str(tmp_path / 'wf.onnx'), facts, dynamic=True)
     assert max(check_onnx(path, module, [(1, 3, 96, 128), (3, 3, 112, 80)])) < 1e-4
+
+
+@pytest.mark.slow
+def test_dynamic_depthwise_conv_graph_follows_the_batch_axis(tmp_path):
+    """With a static batch each dynamic DWConv is one Conv whose kernel the graph computes (the per-sample kernels of
+    the batch as groups); with a dynamic batch it is the taps: a Conv with constant one-hot kernels (9 maps per
+    channel) and a MatMul with the computed taps. Both equal PyTorch."""
+    import onnx
+    from onnx import numpy_helper
+    module = ExportWrapper(Classifier(WeightFormer(TINY_WF, num_classes=10, dynamic_blocks=[1])).eval(), 'classifier')
+    facts = dict(kind='classifier', stride=16, min_size=64)
+    for dynamic, shapes in ((False, [(1, 3, 64, 80)]), (True, [(1, 3, 64, 80), (3, 3, 96, 64)])):
+        path = export_onnx(module, (64, 80), str(tmp_path / f'wf_{dynamic}.onnx'), facts, dynamic=dynamic)
+        assert max(check_onnx(path, module, shapes)) < 1e-4
+        graph = onnx.load(path).graph
+        constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        convs = [n for n in graph.node if n.op_type == 'Conv']
+        computed = [n for n in convs if n.input[1] not in constants]
+        one_hot = [n for n in convs if n.input[1] in constants and constants[n.input[1]].shape[0] == 9 * 32
+                   and set(np.unique(constants[n.input[1]])) == {0.0, 1.0}]
+        assert (len(computed), len(one_hot)) == ((0, 1) if dynamic else (1, 0)), (len(computed), len(one_hot))
 
 
 class Dense(torch.nn.Module):

@@ -29,33 +29,39 @@ def adaptive_avg_pool(x: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def pooling_matrices(x: torch.Tensor, size: int) -> torch.Tensor:
-    """:func:`adaptive_avg_pool` as ``einsum`` with a (size, H) and a (size, W) averaging matrix."""
+    """:func:`adaptive_avg_pool` as two matrix products with a (size, H) and a (size, W) averaging matrix, the
+    large one first (one GEMM over all rows of the maps; ONNX Runtime's Einsum was 3x slower at 64 x 64)."""
     def bins(n: int) -> torch.Tensor:  # (size, n): row i averages bin i
         i = torch.arange(size, device=x.device)
         start, end = (i * n) // size, ((i + 1) * n + size - 1) // size
         j = torch.arange(n, device=x.device)
         mask = (j >= start[:, None]) & (j < end[:, None])
         return mask.to(x.dtype) / (end - start)[:, None].to(x.dtype)
-    return torch.einsum('ih,bchw,jw->bcij', bins(x.shape[-2]), x, bins(x.shape[-1]))
+    return torch.matmul(bins(x.shape[-2]), torch.matmul(x, bins(x.shape[-1]).t()))
 
 
 def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                               impl: str = 'auto') -> torch.Tensor:
     """Depthwise K x K convolution ('same' zero padding) with a kernel per sample: x (B, C, H, W), weight
-    (B, C, K, K), bias (C) -> (B, C, H, W). One operation, three evaluations, chosen by ``impl`` (``'auto'``: the
+    (B, C, K, K), bias (C) -> (B, C, H, W). One operation, four evaluations, chosen by ``impl`` (``'auto'``: the
     :func:`~.implementation.kernel` of ``'depthwise_conv'`` on x's device):
 
     - ``'loop'`` (eager CPU inference): one depthwise conv per sample on the channels-last views, the fastest there;
-    - ``'grouped'`` (eager CUDA, eager CPU training, and TorchScript tracing: FLOP counting, the TorchScript ONNX
-      exporter): one grouped conv over the batch folded into the channels (B*C groups), one kernel launch for the
-      whole batch (on the CPU its backward is about twice as fast as the loop's);
-    - ``'shift'`` (``torch.compile``, ``torch.export``, the dynamo ONNX exporter): the sum of the K*K shifted maps
-      times their kernel taps, element-wise ops generic in B, H and W (a grouped conv's group count fixes B).
+    - ``'grouped'`` (eager CUDA, eager CPU training, TorchScript tracing, and exported graphs whose batch is static):
+      one grouped conv over the batch folded into the channels (B*C groups), one kernel launch for the whole batch
+      (on the CPU its backward is about twice as fast as the loop's);
+    - ``'taps'`` (exported graphs with a dynamic batch: a group count cannot depend on B): a static depthwise conv
+      with one-hot kernels writes the K*K shifted maps, and one batched matrix product weighs them with the kernel
+      taps;
+    - ``'shift'`` (``torch.compile``, which fuses it into one kernel): the sum of the K*K shifted maps times their
+      kernel taps, element-wise ops generic in B, H and W.
     """
     B, C, H, W = x.shape
     k = weight.shape[-1]
     if impl == 'auto':
         impl = kernel('depthwise_conv', x.device, records_autograd(x, weight))
+        if impl == 'grouped-static':  # a symbolic batch (torch.export's dynamic dims) is not an int
+            impl = 'grouped' if isinstance(B, int) else 'taps'
     if impl == 'loop':
         return torch.cat([F.conv2d(x[i:i + 1], weight[i].unsqueeze(1), bias, padding=k // 2, groups=C)
                           for i in range(B)])
@@ -63,9 +69,14 @@ def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch
         y = F.conv2d(x.reshape(1, B * C, H, W), weight.reshape(B * C, 1, k, k),
                      None if bias is None else bias.repeat(B), padding=k // 2, groups=B * C)
         return y.view(B, C, H, W)
-    if impl != 'shift':
-        raise ValueError(f"impl must be 'auto', 'loop', 'grouped' or 'shift', got {impl!r}")
     p = k // 2
+    if impl == 'taps':
+        eye = torch.eye(k * k, dtype=x.dtype, device=x.device).view(k * k, 1, k, k).repeat(C, 1, 1, 1)
+        taps = F.conv2d(x, eye, padding=p, groups=C).view(B, C, k * k, H * W)  # the K*K shifted maps
+        y = torch.matmul(weight.reshape(B, C, 1, k * k), taps).view(B, C, H, W)
+        return y if bias is None else y + bias.view(1, C, 1, 1)
+    if impl != 'shift':
+        raise ValueError(f"impl must be 'auto', 'loop', 'grouped', 'taps' or 'shift', got {impl!r}")
     xp = F.pad(x, (p, p, p, p))
     y = xp[:, :, :H, :W] * weight[:, :, :1, :1]
     for u in range(k):

@@ -33,10 +33,13 @@ def product_cost(*dims: int) -> int:
 def product_order(order: str, cost_tokens: int, cost_core: int) -> str:
     """The order a dynamic linear evaluates its update in, from the multiply-adds of the two (the one cost rule):
     ``order`` itself unless it is ``'auto'``; for ``'auto'``, the :func:`~.implementation.kernel` of
-    ``'product_order'``: ``'core'`` in exported graphs (they serve every size: the order independent of N after the
-    small core), else the cheaper order (``'tokens'`` on a tie)."""
+    ``'product_order'``: in exported graphs (``'cheaper-static'``) the cheaper order where the token count is static
+    and ``'core'`` where it is symbolic (a graph for every size: the order independent of N after the small core),
+    else the cheaper order (``'tokens'`` on a tie)."""
     if order == 'auto':
         order = kernel('product_order')
+    if order == 'cheaper-static':  # symbolic sizes (torch.export's dynamic dims) make the costs symbolic
+        order = 'cheaper' if isinstance(cost_tokens, int) and isinstance(cost_core, int) else 'core'
     if order == 'cheaper':
         return 'tokens' if cost_tokens <= cost_core else 'core'
     return order

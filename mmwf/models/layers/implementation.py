@@ -18,7 +18,7 @@ KERNELS: dict[str, dict[str, str]] = {
                         dynamic_weight='materialized'),
     'compiled': dict(depthwise_conv='shift', adaptive_pool='matrices', product_order='cheaper',
                      dynamic_weight='cheaper'),
-    'exported': dict(depthwise_conv='shift', adaptive_pool='matrices', product_order='core',
+    'exported': dict(depthwise_conv='grouped-static', adaptive_pool='matrices', product_order='cheaper-static',
                      dynamic_weight='materialized'),
 }
 
@@ -52,9 +52,11 @@ def kernel(operation: str, device: torch.device | None = None, autograd: bool = 
     ``device`` and with or without ``autograd`` when the choice depends on them.
 
     Args:
-        operation (str): ``'depthwise_conv'`` (the per-sample depthwise conv: ``'loop'``, ``'grouped'`` or
-            ``'shift'``), ``'adaptive_pool'`` (``'native'`` or ``'matrices'``), ``'product_order'`` (the dynamic
-            linears' ``order='auto'``: ``'cheaper'`` or ``'core'``) or ``'dynamic_weight'`` (how a dynamic linear
+        operation (str): ``'depthwise_conv'`` (the per-sample depthwise conv: ``'loop'``, ``'grouped'``,
+            ``'grouped-static'`` (grouped where the batch size is static, else ``'taps'``) or ``'shift'``),
+            ``'adaptive_pool'`` (``'native'`` or ``'matrices'``), ``'product_order'`` (the dynamic
+            linears' ``order='auto'``: ``'cheaper'``, ``'cheaper-static'`` (cheaper where the sizes are static, else
+            ``'core'``) or ``'core'``) or ``'dynamic_weight'`` (how a dynamic linear
             with a low-rank update applies it: ``'factored'``, never forming a weight per sample,
             ``'materialized'``, the release's weight per sample (the FLOP counter counts it, the ONNX graphs keep
             it), or ``'cheaper'``, by :func:`~.dynamic_linear.weight_form`).

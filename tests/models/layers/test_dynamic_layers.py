@@ -215,10 +215,10 @@ def test_dynamic_dwconv_equals_its_equation(kind):
     assert torch.allclose(out, expected.permute(0, 2, 3, 1).reshape(B, -1, CIN), rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize('impl', ['loop', 'grouped', 'shift'])
+@pytest.mark.parametrize('impl', ['loop', 'grouped', 'taps', 'shift'])
 def test_per_sample_depthwise_conv_paths_equal_the_convolution(impl):
-    """The three evaluations of one per-sample depthwise conv (eager CPU, eager CUDA, compiled / exported): outputs
-    and gradients against the shift-sum written out above, fp64, on a non-square grid."""
+    """The four evaluations of one per-sample depthwise conv (eager CPU, eager CUDA, exported with a dynamic batch,
+    compiled): outputs and gradients against the shift-sum written out above, fp64, on a non-square grid."""
     from mmwf.models.layers.dynamic_dwconv import per_sample_depthwise_conv
     x = torch.randn(3, 5, 7, 9, dtype=torch.float64, requires_grad=True)
     w = torch.randn(3, 5, 3, 3, dtype=torch.float64, requires_grad=True)

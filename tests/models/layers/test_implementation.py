@@ -14,21 +14,32 @@ CASES = [(where, order) for where in KERNELS for order in ('tokens', 'core')]
 
 class Probe(torch.nn.Module):
     """Returns, as its output's value, the case (:data:`CASES`) it ran in: the implementation, and the order
-    ``'auto'`` takes when the token order is the cheaper (a constant in traced, compiled and exported graphs)."""
+    ``'auto'`` takes when the token order is the cheaper (a constant in traced, compiled and exported graphs), by
+    costs from the input's size with ``sized``."""
+
+    def __init__(self, sized=False):
+        super().__init__()
+        self.sized = sized
 
     def forward(self, x):
-        return x * 0 + CASES.index((implementation(), product_order('auto', 1, 2)))
+        n = x.shape[0] if self.sized else 1
+        return x * 0 + CASES.index((implementation(), product_order('auto', n, n + 1)))
 
 
 @pytest.mark.filterwarnings('ignore:`torch.jit.trace:FutureWarning')
 def test_each_way_of_running_is_one_implementation():
+    """Each way of running is its implementation; the cheaper order is taken wherever the sizes are known, and
+    ``'core'`` (serving every size) where an exported graph's sizes are symbolic."""
+    from torch.export import Dim
     x = torch.randn(2, 3)
     runs = {'eager': lambda p: p(x), 'traced': lambda p: torch.jit.trace(p, x, check_trace=False)(x),
             'compiled': lambda p: torch.compile(p, backend='eager')(x),
             'exported': lambda p: torch.export.export(p, (x,)).module()(x)}
     for where, run in runs.items():
-        assert {CASES[int(v)] for v in run(Probe()).flatten()} == {(where, 'core' if where == 'exported' else
-                                                                   'tokens')}
+        assert {CASES[int(v)] for v in run(Probe()).flatten()} == {(where, 'tokens')}
+    for dims, order in ((None, 'tokens'), ({'x': {0: Dim('n', min=2, max=64)}}, 'core')):
+        program = torch.export.export(Probe(sized=True), (x,), dynamic_shapes=dims).module()
+        assert {CASES[int(v)] for v in program(torch.randn(2, 3)).flatten()} == {('exported', order)}
 
 
 @pytest.mark.filterwarnings('ignore::DeprecationWarning')  # the TorchScript exporter's own notices
@@ -60,8 +71,10 @@ class Calls(TorchFunctionMode):
 @pytest.mark.filterwarnings('ignore:`torch.jit.trace:FutureWarning')
 def test_each_implementation_runs_its_kernels():
     """Eager CPU: a conv per sample and PyTorch's adaptive pooling; traced (FLOP counter): one grouped conv and
-    PyTorch's pooling; compiled and exported: no conv and no adaptive pooling (the shift-sum and the averaging
-    matrices, generic in the batch and grid sizes)."""
+    PyTorch's pooling; compiled: no conv and no adaptive pooling (the shift-sum and the averaging matrices, generic
+    in the batch and grid sizes); exported: one conv with B*C groups where the batch is static, and where it is
+    dynamic one conv with C groups (the taps), and the averaging matrices."""
+    from torch.export import Dim
     module, x, w = DepthwiseAndPool(), torch.randn(3, 4, 5, 7), torch.randn(3, 4, 3, 3)
     with Calls() as calls:
         module(x, w)
@@ -74,10 +87,14 @@ def test_each_implementation_runs_its_kernels():
         graphs.append(gm)
         return gm.forward
     torch.compile(module, backend=backend)(x, w)
-    graphs.append(torch.export.export(module, (x, w)).graph_module)
-    for gm in graphs:
-        targets = [str(n.target) for n in gm.graph.nodes if n.op == 'call_function']
-        assert targets and not [t for t in targets if 'conv' in t or 'adaptive' in t], targets
+    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == 'call_function']
+    assert targets and not [t for t in targets if 'conv' in t or 'adaptive' in t], targets
+    batch = Dim('batch', min=1, max=64)
+    for dynamic, groups in ((None, 3 * 4), ({'x': {0: batch}, 'w': {0: batch}}, 4)):
+        nodes = torch.export.export(module, (x, w), dynamic_shapes=dynamic).graph_module.graph.nodes
+        convs = [n for n in nodes if n.op == 'call_function' and 'conv' in str(n.target)]
+        assert len(convs) == 1 and convs[0].args[-1] == groups, convs
+        assert not [n for n in nodes if 'adaptive' in str(n.target)]
 
 
 def test_the_eager_depthwise_conv_kernel_depends_on_the_device_and_autograd():
