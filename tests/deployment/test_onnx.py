@@ -101,6 +101,24 @@ def test_dynamic_depthwise_conv_graph_follows_the_batch_axis(tmp_path):
         assert (len(computed), len(one_hot)) == ((0, 1) if dynamic else (1, 0)), (len(computed), len(one_hot))
 
 
+@pytest.mark.filterwarnings('ignore::DeprecationWarning', 'ignore::torch.jit.TracerWarning')
+def test_torchscript_exporter_takes_weightformer_with_a_dynamic_batch(tmp_path):
+    """The TorchScript exporter (mmdeploy's) exports every dynamic layer (no addcdiv, which it lacks) in a graph
+    traced at batch 2 that serves batch 3 (the per-sample depthwise conv as the taps: no group count of the trace's
+    batch)."""
+    import onnxruntime as ort
+    model = Classifier(WeightFormer(TINY_WF, num_classes=10)).eval()
+    x = torch.randn(2, 3, 64, 80)
+    torch.onnx.export(model, (x,), str(tmp_path / 'ts.onnx'), dynamo=False, opset_version=17, input_names=['x'],
+                      dynamic_axes={'x': {0: 'batch'}})
+    session = ort.InferenceSession(str(tmp_path / 'ts.onnx'), providers=['CPUExecutionProvider'])
+    x = torch.randn(3, 3, 64, 80)
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(torch.from_numpy(session.run(None, {'x': x.numpy()})[0]), expected, atol=1e-4,
+                               rtol=1e-4)
+
+
 class Dense(torch.nn.Module):
     """A windowed DeiT (its windows do not divide the grid) and a SimpleFeaturePyramid, as the Cascade configs."""
 

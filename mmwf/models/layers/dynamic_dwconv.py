@@ -47,12 +47,12 @@ def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch
     :func:`~.implementation.kernel` of ``'depthwise_conv'`` on x's device):
 
     - ``'loop'`` (eager CPU inference): one depthwise conv per sample on the channels-last views, the fastest there;
-    - ``'grouped'`` (eager CUDA, eager CPU training, TorchScript tracing, and exported graphs whose batch is static):
-      one grouped conv over the batch folded into the channels (B*C groups), one kernel launch for the whole batch
-      (on the CPU its backward is about twice as fast as the loop's);
-    - ``'taps'`` (exported graphs with a dynamic batch: a group count cannot depend on B): a static depthwise conv
-      with one-hot kernels writes the K*K shifted maps, and one batched matrix product weighs them with the kernel
-      taps;
+    - ``'grouped'`` (eager CUDA, eager CPU training, TorchScript tracing for the FLOP counter, and exported graphs
+      whose batch is static): one grouped conv over the batch folded into the channels (B*C groups), one kernel
+      launch for the whole batch (on the CPU its backward is about twice as fast as the loop's);
+    - ``'taps'`` (exported graphs with a dynamic batch, and the TorchScript exporter, whose traced graph keeps the
+      trace's batch: a group count cannot depend on B): a static depthwise conv with one-hot kernels writes the K*K
+      shifted maps, and one batched matrix product weighs them with the kernel taps;
     - ``'shift'`` (``torch.compile``, which fuses it into one kernel): the sum of the K*K shifted maps times their
       kernel taps, element-wise ops generic in B, H and W.
     """
@@ -72,8 +72,9 @@ def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch
     p = k // 2
     if impl == 'taps':
         eye = torch.eye(k * k, dtype=x.dtype, device=x.device).view(k * k, 1, k, k).repeat(C, 1, 1, 1)
-        taps = F.conv2d(x, eye, padding=p, groups=C).view(B, C, k * k, H * W)  # the K*K shifted maps
-        y = torch.matmul(weight.reshape(B, C, 1, k * k), taps).view(B, C, H, W)
+        # sizes from the tensors, not Python ints, so that a traced graph keeps them dynamic
+        taps = F.conv2d(x, eye, padding=p, groups=C).unflatten(1, (C, k * k)).flatten(3)  # the K*K shifted maps
+        y = torch.matmul(weight.flatten(2).unsqueeze(2), taps).view_as(x)
         return y if bias is None else y + bias.view(1, C, 1, 1)
     if impl != 'shift':
         raise ValueError(f"impl must be 'auto', 'loop', 'grouped', 'taps' or 'shift', got {impl!r}")

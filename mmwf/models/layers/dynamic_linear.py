@@ -109,7 +109,10 @@ class DynamicLinear(nn.Module):
         # transposed view), so the column norms and the update run over contiguous memory
         dw_t = dw.transpose(1, 2)
         norm = torch.linalg.vector_norm(dw_t, dim=2, keepdim=True)
-        weight_t = torch.addcdiv(self.w.t().contiguous(), dw_t, norm + 1)  # (w + dW / (||dW||_col + 1))^T
+        if kernel('weight_update') == 'addcdiv':
+            weight_t = torch.addcdiv(self.w.t().contiguous(), dw_t, norm + 1)  # (w + dW / (||dW||_col + 1))^T
+        else:
+            weight_t = self.w.t() + dw_t / (norm + 1)
         y = torch.matmul(x, weight_t.transpose(1, 2))
         y += self.b
         return y

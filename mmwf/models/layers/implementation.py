@@ -10,16 +10,15 @@ import torch
 # and '<operation>_<device type>_autograd' that entry where autograd records the operation (training)
 KERNELS: dict[str, dict[str, str]] = {
     'eager': dict(depthwise_conv='grouped', depthwise_conv_cpu='loop', depthwise_conv_cpu_autograd='grouped',
-                  adaptive_pool='native',
-                  product_order='cheaper', dynamic_weight='cheaper'),
+                  adaptive_pool='native', product_order='cheaper', dynamic_weight='cheaper', weight_update='addcdiv'),
     'traced': dict(depthwise_conv='grouped', adaptive_pool='native', product_order='cheaper',
-                   dynamic_weight='materialized'),
-    'traced-onnx': dict(depthwise_conv='grouped', adaptive_pool='matrices', product_order='cheaper',
-                        dynamic_weight='materialized'),
+                   dynamic_weight='materialized', weight_update='addcdiv'),
+    'traced-onnx': dict(depthwise_conv='taps', adaptive_pool='matrices', product_order='cheaper',
+                        dynamic_weight='materialized', weight_update='div-add'),
     'compiled': dict(depthwise_conv='shift', adaptive_pool='matrices', product_order='cheaper',
-                     dynamic_weight='cheaper'),
+                     dynamic_weight='cheaper', weight_update='addcdiv'),
     'exported': dict(depthwise_conv='grouped-static', adaptive_pool='matrices', product_order='cheaper-static',
-                     dynamic_weight='materialized'),
+                     dynamic_weight='materialized', weight_update='addcdiv'),
 }
 
 
@@ -59,7 +58,9 @@ def kernel(operation: str, device: torch.device | None = None, autograd: bool = 
             ``'core'``) or ``'core'``) or ``'dynamic_weight'`` (how a dynamic linear
             with a low-rank update applies it: ``'factored'``, never forming a weight per sample,
             ``'materialized'``, the release's weight per sample (the FLOP counter counts it, the ONNX graphs keep
-            it), or ``'cheaper'``, by :func:`~.dynamic_linear.weight_form`).
+            it), or ``'cheaper'``, by :func:`~.dynamic_linear.weight_form`) or ``'weight_update'`` (how a weight
+            formed per sample adds its update: one ``'addcdiv'``, or ``'div-add'`` for the TorchScript exporter,
+            which has no addcdiv).
         device (torch.device, optional): the device the operation runs on. Defaults to None (the entry for any
             device).
         autograd (bool): whether autograd records the operation (its backward follows). Defaults to False.
