@@ -3,17 +3,11 @@ an FSDP strategy on two gloo processes: the same errors for the same bad inputs 
 against the whole tensors, not the shards), the same weights and EMA weights as mmengine's Runner and EMAHook, and a
 resume that continues exactly."""
 import json
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.engine.two_ranks import run_two_ranks
 from tests.toy import ToyModel, make_runner
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def runner_outcome(run) -> str:
@@ -27,15 +21,9 @@ def runner_outcome(run) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize('strategy', ['DDPStrategy', 'ResumableFSDPStrategy'])
 def test_flexible_runner_keeps_the_checks(strategy, tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT))
-    with socket.socket() as probe:  # a free port for the rendezvous
-        probe.bind(('127.0.0.1', 0))
-        port = probe.getsockname()[1]
-    res = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port',
-                          str(port), '-m', 'tests.engine.flexible_runner_run', str(tmp_path), strategy], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=300)
+    res = run_two_ranks('tests.engine.flexible_runner_run', tmp_path, strategy)
     assert res.returncode == 0, res.stderr[-4000:]
-    ranks = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in (0, 1)]
+    ranks = [json.loads((res.out / f'rank{r}.json').read_text()) for r in (0, 1)]
     seen, runs = ranks[0], ranks[0].pop('weights')
     assert ranks[1] == seen
     assert seen['train'] == 'ok' and seen['resume'] == 'ok' and seen['resumed iter'] == 4
@@ -48,7 +36,7 @@ def test_flexible_runner_keeps_the_checks(strategy, tmp_path):
         for key, value in runs['reference'].items():
             assert runs[run][key] == pytest.approx(value, rel=1e-6, abs=1e-7), (run, key)
     # the same bad inputs under mmengine's Runner, in this process
-    checkpoint = tmp_path / 'run' / 'iter_3.pth'
+    checkpoint = res.out / 'run' / 'iter_3.pth'
     other = runner_outcome(make_runner(tmp_path / 'r1', 4, model=ToyModel(3), load_from=str(checkpoint)).train)
     layout = runner_outcome(make_runner(tmp_path / 'r2', 4, load_from=str(checkpoint), resume=True, optim_wrapper=dict(
         optimizer=dict(type='AdamW', lr=0.01), paramwise_cfg=dict(bias_lr_mult=2.0))).train)

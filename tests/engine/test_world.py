@@ -3,9 +3,7 @@ reference's batch / lr rule for another GPU count (tools/train.py --auto-scale-l
 the TF32 switch."""
 import json
 import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ import torch
 from mmengine.config import Config
 
 from mmwf.engine.world import launcher_world_size, scale_to_world
+from tests.engine.two_ranks import run_two_ranks
 from tests.toy import make_runner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,15 +33,9 @@ def test_each_family_draws_per_rank_as_its_reference_on_two_processes(tmp_path):
     """Two gloo processes, two DDP iterations per family: after the hooks each rank's torch stream is the one its
     reference seeds (seed 5), so the draws differ across ranks exactly where the reference's do; the parameters
     stay equal across ranks; TF32 is on during the run where the reference turns it on, and restored after."""
-    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT))
-    with socket.socket() as probe:  # a free port for the rendezvous
-        probe.bind(('127.0.0.1', 0))
-        port = probe.getsockname()[1]
-    res = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port',
-                          str(port), '-m', 'tests.engine.world_size_run', str(tmp_path), *FAMILIES], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=300)
+    res = run_two_ranks('tests.engine.world_size_run', tmp_path, *FAMILIES)
     assert res.returncode == 0, res.stderr[-4000:]
-    ranks = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in (0, 1)]
+    ranks = [json.loads((res.out / f'rank{r}.json').read_text()) for r in (0, 1)]
     for config, (seed_rule, tf32) in FAMILIES.items():
         for rank, seen in enumerate(ranks):
             if seed_rule(5, rank, 2) != 5:  # seeded again with the rule's seed; else mmengine's stream of seed 5
