@@ -201,3 +201,22 @@ def test_generation_benchmark_compares_wf_dit_with_dit_and_a_reference_file(tmp_
     res = subprocess.run([sys.executable, 'tools/analysis/generation_benchmark.py', '--release-dit',
                           str(tmp_path / 'none.py')], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode and 'none.py: no such file' in res.stderr
+
+
+@pytest.mark.slow
+def test_onnx_benchmark_checks_and_times_both_exports(tmp_path):
+    """Each model's static and dynamic graphs are checked against PyTorch (differences printed) and timed against
+    eager PyTorch in one table, with the ratio of the two models."""
+    out = run('tools/analysis/onnx_benchmark.py', '--models', 'wf-t', 'deit-t', '--sizes', '64', '--rounds', '1',
+              '--work-dir', str(tmp_path))
+    diffs = [float(line.rsplit('= ', 1)[1]) for line in out.splitlines() if 'largest |ONNX Runtime' in line]
+    assert len(diffs) == 4 and max(diffs) < 1e-4
+    assert sorted(p.name for p in tmp_path.glob('*.onnx')) == [
+        f'{m}_64_{k}.onnx' for m in ('deit-t', 'wf-t') for k in ('dynamic', 'static')]
+    rows = [[c.strip() for c in r.split('|')[1:-1]] for r in out.splitlines()
+            if r.startswith(('| wf-t |', '| deit-t |'))]
+    assert len(rows) == 2
+    for _name, size, static, dynamic, eager, *ratios in rows:
+        assert size == '64' and min(map(float, (static, dynamic, eager))) > 0
+        assert all(r.endswith('x') and float(r[:-1]) > 0 for r in ratios)
+    assert any(r.startswith('| wf-t vs deit-t (ONNX Runtime, static) | 64 |') for r in out.splitlines())

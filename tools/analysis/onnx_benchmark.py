@@ -8,7 +8,8 @@ and image size), the three run interleaved with the other models, round after ro
 A time is the median over rounds of one timed sample (``--repeat`` forward passes at batch ``--batch``); a ratio is
 the median over rounds of the per-round ratio, so the machine's drifts (shared CPUs, clocks) fall on both sides.
 Every graph is checked against PyTorch first (largest difference printed). The models are mmwf's (``wf-t``,
-``deit-t``, ... as tools/analysis/benchmark.py names them), random weights.
+``deit-t``, ... as tools/analysis/benchmark.py names them), random weights. ONNX Runtime's times include handing it
+the input from host memory (on CUDA, a copy to the GPU).
 """
 from __future__ import annotations
 
@@ -52,11 +53,10 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for size in args.sizes:
         x = torch.randn(args.batch, 3, size, size)
-        steps, labels, models = [], [], {}
+        steps, labels = [], []
         for name in args.models:
             model = build_classifier(name).to(args.device, dtype)
             facts = export_facts(model.backbone, 'classifier')
-            models[name] = model
             xd = x.to(args.device, dtype)
             with torch.inference_mode():
                 reference = model(xd).float().cpu().numpy()
