@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import os.path as osp
+import shutil
 import subprocess
 import sys
 import time
@@ -132,6 +133,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from mmwf.datasets import generate
+    from mmwf.datasets.synthetic import GENERATION_LAYOUT, stale_generation_folder
     from mmwf.demo import write_softmax_stand_in
     from mmwf.utils import check_stack
     check_stack(require_mmcv_ops=True)
@@ -139,6 +141,10 @@ def main() -> None:
     softmax = osp.join(args.data_root, 'checkpoints', 'deit_t_softmax.pth')
     expected = [osp.join(args.data_root, 'coco', 'annotations', 'instances_train.json'),
                 osp.join(args.data_root, 'cls', 'val', 'triangle'), osp.join(args.data_root, 'gen', 'val', 'triangle')]
+    if stale_generation_folder(args.data_root):
+        print(f'{args.data_root}/gen holds an earlier layout of the generation demo\'s data (now: '
+              f'{GENERATION_LAYOUT}): writing it again', flush=True)
+        shutil.rmtree(osp.join(args.data_root, 'gen'))
     if not all(osp.exists(f) for f in expected):
         print(f'generating demo data in {args.data_root}', flush=True)
         generate(args.data_root, train=args.num_images[0], val=args.num_images[1])

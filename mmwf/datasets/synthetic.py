@@ -148,10 +148,26 @@ def write_generation(root: str, split: str, count: int, size: int, rng: np.rando
         cv2.imwrite(osp.join(root, split, CLASSES[cls], f'{i:05d}.png'), img)
 
 
+# what the generation demo's folders hold, written to gen/layout.txt: tools/demo.py writes older folders again
+GENERATION_LAYOUT = 'one upright, centred shape of one area per image'
+
+
+def stale_generation_folder(out: str) -> bool:
+    """Whether ``out/gen`` exists but was written with another :data:`GENERATION_LAYOUT` (or before it was recorded)."""
+    layout = osp.join(out, 'gen', 'layout.txt')
+    if not osp.isdir(osp.join(out, 'gen')):
+        return False
+    if not osp.exists(layout):
+        return True
+    with open(layout) as f:
+        return f.read() != GENERATION_LAYOUT
+
+
 def generate(out: str = 'data/demo', size: int = 128, train: int = 160, val: int = 40, seed: int = 0) -> None:
     """Write the demo datasets under ``out`` (deterministic for a seed): COCO and the ADE20K layout (``train`` /
     ``val`` images of ``size``), an ImageNet-style folder with twice ``train`` images, and the generation demo's
-    folders (32 x 32) with four times ``train`` and twice ``val`` images."""
+    folders (32 x 32) with four times ``train`` and twice ``val`` images, and their :data:`GENERATION_LAYOUT` in
+    ``gen/layout.txt``."""
     rng = np.random.default_rng(seed)
     write_coco(osp.join(out, 'coco'), 'train', train, size, rng)
     write_coco(osp.join(out, 'coco'), 'val', val, size, rng)
@@ -161,3 +177,5 @@ def generate(out: str = 'data/demo', size: int = 128, train: int = 160, val: int
     write_classification(osp.join(out, 'cls'), 'val', val, size, rng)
     write_generation(osp.join(out, 'gen'), 'train', 4 * train, 32, rng)
     write_generation(osp.join(out, 'gen'), 'val', 2 * val, 32, rng)
+    with open(osp.join(out, 'gen', 'layout.txt'), 'w') as f:
+        f.write(GENERATION_LAYOUT)

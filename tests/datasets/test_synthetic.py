@@ -73,3 +73,16 @@ def test_generation_shapes_differ_only_in_shape(tmp_path):
             assert 0.6 < box.mean() < 0.88  # pi / 4 and rasterisation
     means = [np.mean(a) for a in areas.values()]
     assert len(means) == 3 and max(means) / min(means) < 1.3, areas
+
+
+def test_a_generation_folder_of_another_layout_is_stale(tmp_path):
+    """The demo writes gen/ again when it was written with another layout (or before layouts were recorded)."""
+    from mmwf.datasets.synthetic import GENERATION_LAYOUT, stale_generation_folder
+    assert not stale_generation_folder(str(tmp_path))  # nothing there: nothing stale
+    generate(str(tmp_path), size=64, train=3, val=1, seed=0)
+    assert (tmp_path / 'gen' / 'layout.txt').read_text() == GENERATION_LAYOUT
+    assert not stale_generation_folder(str(tmp_path))
+    (tmp_path / 'gen' / 'layout.txt').write_text('any size, place and angle')
+    assert stale_generation_folder(str(tmp_path))
+    (tmp_path / 'gen' / 'layout.txt').unlink()
+    assert stale_generation_folder(str(tmp_path))
