@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.engine.two_ranks import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -82,13 +84,6 @@ def test_latent_cache_holds_samples_of_each_image_and_its_flip(workspace):
                                rtol=1e-3, atol=1e-3)  # the VAE meets the images in other batches
     with pytest.raises(FileNotFoundError, match='extract_latents.py'):
         LatentCacheDataset(str(workspace / 'nothing'))
-
-
-def free_port() -> str:
-    import socket
-    with socket.socket() as probe:
-        probe.bind(('127.0.0.1', 0))
-        return str(probe.getsockname()[1])
 
 
 @pytest.mark.slow

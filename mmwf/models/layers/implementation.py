@@ -52,15 +52,14 @@ def kernel(operation: str, device: torch.device | None = None, autograd: bool = 
 
     Args:
         operation (str): ``'depthwise_conv'`` (the per-sample depthwise conv: ``'loop'``, ``'grouped'``,
-            ``'grouped-static'`` (grouped where the batch size is static, else ``'taps'``) or ``'shift'``),
-            ``'adaptive_pool'`` (``'native'`` or ``'matrices'``), ``'product_order'`` (the dynamic
+            ``'taps'``, ``'grouped-static'`` (grouped where the batch size is static, else the taps) or
+            ``'shift'``), ``'adaptive_pool'`` (``'native'`` or ``'matrices'``), ``'product_order'`` (the dynamic
             linears' ``order='auto'``: ``'cheaper'``, ``'cheaper-static'`` (cheaper where the sizes are static, else
-            ``'core'``) or ``'core'``) or ``'dynamic_weight'`` (how a dynamic linear
-            with a low-rank update applies it: ``'factored'``, never forming a weight per sample,
-            ``'materialized'``, the release's weight per sample (the FLOP counter counts it, the ONNX graphs keep
-            it), or ``'cheaper'``, by :func:`~.dynamic_linear.weight_form`) or ``'weight_update'`` (how a weight
-            formed per sample adds its update: one ``'addcdiv'``, or ``'div-add'`` for the TorchScript exporter,
-            which has no addcdiv).
+            ``'core'``) or ``'core'``), ``'dynamic_weight'`` (how a dynamic linear with a low-rank update applies
+            it: ``'factored'``, never forming a weight per sample, ``'materialized'``, the release's weight per
+            sample (the FLOP counter counts it, the ONNX graphs keep it), or ``'cheaper'``, by
+            :func:`~.dynamic_linear.weight_form`) or ``'weight_update'`` (how a weight formed per sample adds its
+            update: one ``'addcdiv'``, or ``'div-add'`` for the TorchScript exporter, which has no addcdiv).
         device (torch.device, optional): the device the operation runs on. Defaults to None (the entry for any
             device).
         autograd (bool): whether autograd records the operation (its backward follows). Defaults to False.
