@@ -109,3 +109,33 @@ def check_onnx(path: str, module: nn.Module, shapes: list[tuple[int, int, int, i
             raise RuntimeError(f'{path}: {len(outs)} outputs where PyTorch gives {len(ref)}')
         diffs.append(max(float(np.abs(o - r.numpy()).max()) for o, r in zip(outs, ref)))
     return diffs
+
+
+class ImageSession:
+    """An exported graph run by ONNX Runtime on image files, after the config's test pipeline (without its
+    annotations) and data preprocessor. Needs the config, not the weights.
+
+    Args:
+        path (str): the ONNX file.
+        config (str): the model's config.
+        providers (list[str], optional): ONNX Runtime execution providers. Defaults to the CPU's.
+    """
+
+    SCOPE = ''  # the config's codebase (its registry of models): set by each subclass
+
+    def __init__(self, path: str, config: str, providers: list[str] | None = None) -> None:
+        import onnxruntime as ort
+        from mmengine.config import Config
+        from mmengine.dataset import Compose
+        from mmengine.registry import MODELS, init_default_scope
+        self.cfg = Config.fromfile(config)
+        init_default_scope(self.SCOPE)
+        self.pipeline = Compose([t for t in self.cfg.test_pipeline if t['type'] != 'LoadAnnotations'])
+        self.preprocessor = MODELS.build(self.cfg.model.data_preprocessor)
+        self.session = ort.InferenceSession(path, providers=providers or ['CPUExecutionProvider'])
+
+    def inputs(self, image: str) -> tuple[torch.Tensor, dict]:
+        """The preprocessed (1, 3, H, W) batch of one image file and its metainfo."""
+        data = self.pipeline(dict(img_path=image, img_id=0))
+        data = self.preprocessor(dict(inputs=[data['inputs']], data_samples=[data['data_samples']]), False)
+        return data['inputs'], data['data_samples'][0].metainfo

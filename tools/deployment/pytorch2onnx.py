@@ -10,6 +10,20 @@ classifier's logits, a detector's backbone + neck level maps, a segmentor's segm
 makes the batch and, except for UperNet (mmseg's pyramid pooling module pools to fixed bins: only the batch), the
 image size dynamic (multiples of the model's stride). The tool runs ONNX Runtime against PyTorch at the export size
 and at a second size (a second batch size for UperNet), prints the largest difference and fails above --atol.
+
+Deployed end to end, checked on images against the config's model in PyTorch (``--images``):
+
+    python tools/deployment/pytorch2onnx.py configs/cascade_wf_t_coco.py CKPT --out cascade.onnx --shape 1024 1024 \
+        --end2end --images demo1.jpg demo2.jpg
+    python tools/deployment/pytorch2onnx.py configs/upernet_wf_t_ade20k.py CKPT --out upernet.onnx --shape 512 512 \
+        --images demo1.jpg
+
+``--end2end`` exports a detector's whole inference (Cascade Mask R-CNN: boxes, scores, labels, mask probabilities;
+NMS and RoIAlign as ONNX operators) at the padded size the config's pipeline gives; ``mmwf.deployment.DetectorSession``
+runs it with mmdet's pre- and post-processing. With ``--images`` the tool compares, per image, the deployed
+detections with the model's ``predict`` (count, labels, boxes within --box-rtol, masks' IoU above --mask-iou), or a
+segmentor's label maps (``mmwf.deployment.SegmentorSession``: sliding window or whole image as the config tests) with
+at least --label-agreement of the pixels equal, and fails otherwise.
 """
 from __future__ import annotations
 
@@ -19,7 +33,18 @@ import statistics
 import torch
 
 from mmwf.analysis.timing import interleaved_times
-from mmwf.deployment import check_onnx, export_onnx, exportable_model
+from mmwf.deployment import (
+    DetectorSession,
+    SegmentorSession,
+    check_onnx,
+    compare_detections,
+    export_detector,
+    export_onnx,
+    exportable_model,
+    label_agreement,
+    pytorch_detections,
+    pytorch_label_map,
+)
 
 
 def latency(path: str, module: torch.nn.Module, shape: tuple[int, ...], rounds: int) -> tuple[float, float]:
@@ -46,12 +71,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--atol', type=float, default=1e-4, help='largest ONNX Runtime - PyTorch difference allowed')
     parser.add_argument('--latency', type=int, metavar='ROUNDS', help='also time ONNX Runtime against eager PyTorch '
                         '(batch 1 at the export size, interleaved rounds, CPU)')
+    parser.add_argument('--end2end', action='store_true', help='a detector: export its whole inference (boxes, '
+                        'scores, labels, masks), not only the backbone + neck')
+    parser.add_argument('--images', nargs='+', metavar='IMAGE', help='check the deployed predictions on these '
+                        'images against PyTorch (--end2end detectors, segmentors)')
+    parser.add_argument('--box-rtol', type=float, default=1e-3, help='largest relative box difference allowed')
+    parser.add_argument('--mask-iou', type=float, default=0.99, help='smallest IoU of a deployed mask allowed')
+    parser.add_argument('--label-agreement', type=float, default=0.999, help='smallest share of equal pixels '
+                        'allowed in a label map')
     args = parser.parse_args(argv)
     module, facts = exportable_model(args.config, args.checkpoint)
     shape = tuple(args.shape)
     if any(s % facts['stride'] or s < facts['min_size'] for s in shape):
         raise SystemExit(f'error: --shape {shape[0]} {shape[1]}: this model takes sides that are multiples of '
                          f'{facts["stride"]}, at least {facts["min_size"]}')
+    kind = facts['kind'].replace('backbone+neck', 'detector')
+    if args.end2end and kind != 'detector':
+        raise SystemExit(f'error: --end2end is for detectors; {args.config} is a {kind}')
+    if args.images and not (args.end2end or kind == 'segmentor'):
+        raise SystemExit(f'error: --images checks deployed predictions of a detector (with --end2end) or a '
+                         f'segmentor; {args.config} is a {kind}' + ('; add --end2end' if kind == 'detector' else ''))
+    if args.end2end:
+        if args.dynamic or args.latency:
+            raise SystemExit('error: --end2end exports one image at a static size (the size the config pads to): '
+                             'drop --dynamic / --latency')
+        export_detector(module.model, shape, args.out)
+        print(f'wrote {args.out} (detector end to end, {shape[0]} x {shape[1]})')
+        if args.images:
+            check_detector(args, module.model)
+        return
     if facts['kind'] == 'segmentor':
         facts = dict(facts, fixed_size=True)
     export_onnx(module, shape, args.out, facts, args.dynamic)
@@ -68,6 +116,36 @@ def main(argv: list[str] | None = None) -> None:
               f'{torch_s * 1e3:.1f} ms ({torch_s / ort_s:.2f}x)')
     axes = ('dynamic batch' + ('' if facts.get('fixed_size') else ' and size')) if args.dynamic else 'static'
     print(f'wrote {args.out} ({facts["kind"]}, {axes})')
+    if args.images:
+        session = SegmentorSession(args.out, args.config)
+        worst = 1.0
+        for image in args.images:
+            inputs, meta = session.inputs(image)
+            share = label_agreement(pytorch_label_map(module.model, inputs, meta), session(image))
+            worst = min(worst, share)
+            print(f'{image}: label map equal to PyTorch\'s on {100 * share:.3f} % of the pixels')
+        if worst < args.label_agreement:
+            raise SystemExit(f'error: a deployed label map agrees with PyTorch on {100 * worst:.3f} % of the pixels '
+                             f'< {100 * args.label_agreement:g} %')
+
+
+def check_detector(args: argparse.Namespace, model: torch.nn.Module) -> None:
+    """Compare the deployed detections with the model's ``predict`` on each of ``args.images``; exit on a failure."""
+    session = DetectorSession(args.out, args.config)
+    failures = []
+    for image in args.images:
+        inputs, meta = session.inputs(image)
+        d = compare_detections(pytorch_detections(model, inputs, meta), session(image))
+        print(f'{image}: {d["count"][0]} detections in PyTorch, {d["count"][1]} deployed, {d["paired"]} paired '
+              f'(same label, box IoU > 0.5); largest relative box difference {d["box_rel"]:.1e}; score difference '
+              f'{d["score_abs"]:.1e}; smallest mask IoU {d["mask_iou"]:.4f}')
+        if not d['count'][0] == d['count'][1] == d['paired'] or d['box_rel'] > args.box_rtol \
+                or d['mask_iou'] < args.mask_iou:
+            failures.append(image)
+    if failures:
+        raise SystemExit(f'error: the deployed detector differs from PyTorch on {", ".join(failures)} (a detection '
+                         f'without its pair, boxes beyond --box-rtol {args.box_rtol} or masks below --mask-iou '
+                         f'{args.mask_iou})')
 
 
 if __name__ == '__main__':
