@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.engine.two_ranks import free_port
+from tests.engine.two_ranks import TORCHRUN, run_launch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,13 +72,12 @@ def test_latent_cache_holds_samples_of_each_image_and_its_flip(workspace):
     assert [cache[i]['labels'] for i in range(12)] == [images.items[i][1] for i in range(12)]
     # two processes, 6 images each, into one cache: image i's samples come from its index alone
     env = dict(os.environ, OMP_NUM_THREADS='1')
-    res = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port',
-                          free_port(), 'tools/generation/extract_latents.py', str(workspace / 'demo/cls/train'),
-                          str(workspace / 'cache2'), '--vae', str(workspace / 'vae'), '--size', '32', '--batch-size',
-                          '5', '--num-workers', '0', '--launcher', 'pytorch'], cwd=ROOT, env=env, capture_output=True,
-                         text=True)
+    res = run_launch(lambda out, port: [
+        *TORCHRUN, port, 'tools/generation/extract_latents.py', str(workspace / 'demo/cls/train'), str(out), '--vae',
+        str(workspace / 'vae'), '--size', '32', '--batch-size', '5', '--num-workers', '0', '--launcher', 'pytorch'],
+        workspace / 'cache2', env)
     assert res.returncode == 0, res.stderr[-3000:]
-    two = LatentCacheDataset(str(workspace / 'cache2'))
+    two = LatentCacheDataset(str(res.out))
     assert np.array_equal(np.asarray(two.labels), np.asarray(cache.labels))
     np.testing.assert_allclose(np.asarray(two.latents, np.float32), np.asarray(cache.latents, np.float32),
                                rtol=1e-3, atol=1e-3)  # the VAE meets the images in other batches
@@ -114,12 +113,11 @@ auto_scale_lr = dict(base_batch_size=4)
     fid = next(v for k, v in metrics.items() if k.endswith('FID'))
     assert fid > 1 and 'gen/IS' in out and metrics['gen/samples'] == 7
     # two processes: 4 + 3 samples (the sampler pads the second process with a copy of sample 0, not counted)
-    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHON=sys.executable, PORT=free_port())
-    res = subprocess.run(['bash', 'tools/dist_test.sh', str(config), str(checkpoint), '2', '--work-dir',
-                          str(tmp_path / 'work2'), '--out-json', str(tmp_path / 'm2.json')], cwd=ROOT, env=env,
-                         capture_output=True, text=True)
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHON=sys.executable)
+    res = run_launch(lambda out, port: ['bash', 'tools/dist_test.sh', str(config), str(checkpoint), '2', '--work-dir',
+                                        str(out), '--out-json', str(out / 'm2.json')], tmp_path / 'work2', env)
     assert res.returncode == 0, res.stderr[-3000:]
-    two = json.loads((tmp_path / 'm2.json').read_text())
+    two = json.loads((res.out / 'm2.json').read_text())
     assert two['gen/samples'] == 7
     # the same samples; the Inception meets them in other batches (float rounding): the spread of two IS parts
     # moves by about 1e-7
@@ -131,24 +129,23 @@ auto_scale_lr = dict(base_batch_size=4)
         one = data['arr_0']
         assert one.shape == (7, 32, 32, 3) and one.dtype == np.uint8 and data['labels'].shape == (7,)
     assert len(list((tmp_path / 'samples').glob('*.png'))) == 7
-    res = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port',
-                          free_port(), 'tools/generation/sample.py', str(config), str(checkpoint), '--num-samples',
-                          '7', '--batch-size', '2', '--out', str(tmp_path / 'samples2'), '--launcher', 'pytorch'],
-                         cwd=ROOT, env=env, capture_output=True, text=True)
+    res = run_launch(lambda out, port: [
+        *TORCHRUN, port, 'tools/generation/sample.py', str(config), str(checkpoint), '--num-samples', '7',
+        '--batch-size', '2', '--out', str(out), '--launcher', 'pytorch'], tmp_path / 'samples2', env)
     assert res.returncode == 0, res.stderr[-3000:]
     for gone in ('000002.png', '000005.png'):  # as if the run had been stopped before them
-        (tmp_path / 'samples2' / gone).unlink()
-    again = run('tools/generation/sample.py', config, checkpoint, '--num-samples', 7, '--out', tmp_path / 'samples2')
+        (res.out / gone).unlink()
+    again = run('tools/generation/sample.py', config, checkpoint, '--num-samples', 7, '--out', res.out)
     assert '5 samples found' in again and '7 / 7 samples' in again
-    with np.load(tmp_path / 'samples2' / 'samples_7.npz') as data:
+    with np.load(res.out / 'samples_7.npz') as data:
         assert np.array_equal(data['arr_0'], one)
     # the reference statistics from two processes (every other image each, the sums added) equal one process's
-    res = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port',
-                          free_port(), 'tools/generation/fid_stats.py', str(workspace / 'demo/cls/val'),
-                          str(tmp_path / 'ref2.npz'), '--inception', str(workspace / 'inception.pth'), '--size', '32',
-                          '--launcher', 'pytorch'], cwd=ROOT, env=env, capture_output=True, text=True)
+    res = run_launch(lambda out, port: [
+        *TORCHRUN, port, 'tools/generation/fid_stats.py', str(workspace / 'demo/cls/val'), str(out / 'ref2.npz'),
+        '--inception', str(workspace / 'inception.pth'), '--size', '32', '--launcher', 'pytorch'], tmp_path / 'ref2',
+        env)
     assert res.returncode == 0, res.stderr[-3000:]
-    with np.load(tmp_path / 'ref.npz') as a, np.load(tmp_path / 'ref2.npz') as b:
+    with np.load(tmp_path / 'ref.npz') as a, np.load(res.out / 'ref2.npz') as b:
         # the Inception meets the images in other batches: float32 features agree to about 5e-5, so mu within that
         # and sigma (six images) within 1e-3 of its largest entry
         np.testing.assert_allclose(b['mu'], a['mu'], rtol=2e-4, atol=1e-6)
@@ -205,13 +202,13 @@ default_hooks = dict(checkpoint=dict(interval=2))
 env_cfg = dict(dist_cfg=dict(backend='gloo'))
 auto_scale_lr = dict(base_batch_size=4)
 """)
-    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHON=sys.executable, PORT=free_port())
-    res = subprocess.run(['bash', 'tools/dist_train.sh', str(config), '2', '--work-dir', str(tmp_path / 'work')],
-                         cwd=ROOT, env=env, capture_output=True, text=True)
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHON=sys.executable)
+    res = run_launch(lambda out, port: ['bash', 'tools/dist_train.sh', str(config), '2', '--work-dir', str(out)],
+                     tmp_path / 'work', env)
     log = res.stdout + res.stderr
     assert res.returncode == 0, log[-3000:]
     assert 'rank 0 of 2: seed 0 (seed * world_size + rank, seed 0)' in log  # rank 0 logs; seed 0 * 2 + 0
-    checkpoint = torch.load(tmp_path / 'work' / 'iter_2.pth', weights_only=True)
+    checkpoint = torch.load(res.out / 'iter_2.pth', weights_only=True)
     from mmengine.config import Config
 
     from mmwf.registry import MODELS

@@ -12,6 +12,7 @@ from mmengine.config import Config
 
 from mmwf.datasets import check_dataset_paths
 from mmwf.models.backbones import WeightFormer
+from tests.engine.two_ranks import run_launch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,29 +81,30 @@ def test_demo_end_to_end_short_schedule(demo_data, tmp_path):
 @pytest.mark.slow
 def test_two_process_gloo_training(demo_data, tmp_path):
     root = demo_data / 'ade'
-    res = run(['bash', 'tools/dist_train.sh', 'configs/demo/upernet_wf_t_demo.py', '2', '--work-dir', str(tmp_path),
-               '--cfg-options', 'env_cfg.dist_cfg.backend=gloo', 'train_cfg.max_iters=2', 'train_cfg.val_interval=2',
-               'default_hooks.checkpoint.interval=2', f'train_dataloader.dataset.data_root={root}',
-               f'val_dataloader.dataset.data_root={root}', 'train_dataloader.batch_size=2',
-               'auto_scale_lr.base_batch_size=2', '--auto-scale-lr'],
-              timeout=600)
+    res = run_launch(lambda out, port: [
+        'bash', 'tools/dist_train.sh', 'configs/demo/upernet_wf_t_demo.py', '2', '--work-dir', str(out),
+        '--cfg-options', 'env_cfg.dist_cfg.backend=gloo', 'train_cfg.max_iters=2', 'train_cfg.val_interval=2',
+        'default_hooks.checkpoint.interval=2', f'train_dataloader.dataset.data_root={root}',
+        f'val_dataloader.dataset.data_root={root}', 'train_dataloader.batch_size=2', 'auto_scale_lr.base_batch_size=2',
+        '--auto-scale-lr'], tmp_path / 'work', dict(os.environ, OMP_NUM_THREADS='1', PYTHON=sys.executable))
     log = res.stdout + res.stderr
     assert res.returncode == 0, log[-4000:]
     assert 'world_size: 2' in log or 'Distributed launcher: pytorch' in log
-    assert (tmp_path / 'iter_2.pth').is_file()
+    work = res.out
+    assert (work / 'iter_2.pth').is_file()
     lr = Config.fromfile(str(ROOT / 'configs/demo/upernet_wf_t_demo.py')).optim_wrapper.optimizer.lr
     # 2 processes x 2 images against a reference batch of 2: the linear rule doubles the lr, and only once
     assert f'--auto-scale-lr (2 processes): optimizer lr {lr:g} -> {2 * lr:g} (x 2: global batch 4 / 2)' in log
     assert "recipe scaled by the reference's 'linear' rule for 2 processes" in log
-    groups = torch.load(tmp_path / 'iter_2.pth', weights_only=True)['optimizer']['param_groups']
+    groups = torch.load(work / 'iter_2.pth', weights_only=True)['optimizer']['param_groups']
     assert max(g['initial_lr'] for g in groups) == pytest.approx(2 * lr)  # layer decay: the head's group at 1
     # the checkpoint of two processes resumes in one
-    one = run([sys.executable, 'tools/train.py', 'configs/demo/upernet_wf_t_demo.py', '--work-dir', str(tmp_path),
+    one = run([sys.executable, 'tools/train.py', 'configs/demo/upernet_wf_t_demo.py', '--work-dir', str(work),
                '--resume', '--cfg-options', 'train_cfg.max_iters=3', 'train_cfg.val_interval=2',
                'default_hooks.checkpoint.interval=1', f'train_dataloader.dataset.data_root={root}',
                f'val_dataloader.dataset.data_root={root}', 'train_dataloader.batch_size=2'], timeout=600)
     assert one.returncode == 0, (one.stdout + one.stderr)[-4000:]
-    assert 'resumed epoch: 0, iter: 2' in one.stdout + one.stderr and (tmp_path / 'iter_3.pth').is_file()
+    assert 'resumed epoch: 0, iter: 2' in one.stdout + one.stderr and (work / 'iter_3.pth').is_file()
 
 
 @pytest.mark.slow
