@@ -1,5 +1,6 @@
 """The detector and the segmentor deployed end to end: the ONNX graphs run by ONNX Runtime, with mmdet's / mmseg's
 pre- and post-processing around them, give what the models' ``predict`` gives on images."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -176,9 +177,11 @@ def test_tool_deploys_the_detector_and_checks_it_on_images(detector, images, tmp
     torch.save(dict(state_dict=model.state_dict()), tmp_path / 'det.pth')
     cmd = [sys.executable, 'tools/deployment/pytorch2onnx.py', config, str(tmp_path / 'det.pth'), '--out',
            str(tmp_path / 'det.onnx'), '--shape', '128', '128']
-    res = subprocess.run([*cmd, '--end2end', '--images', *images[0][:2]], cwd=ROOT, capture_output=True, text=True)
+    res = subprocess.run([*cmd, '--end2end', '--images', *images[0][:2], '--latency', '1'], cwd=ROOT,
+                         capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     lines = [line for line in res.stdout.splitlines() if 'detections in PyTorch' in line]
     assert len(lines) == 2 and all('100 detections in PyTorch, 100 deployed, 100 paired' in line for line in lines)
+    assert re.search(r'latency on .*: deployed \(ONNX Runtime\) [0-9.]+ s, PyTorch predict [0-9.]+ s', res.stdout)
     res = subprocess.run([*cmd, '--images', images[0][0]], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode != 0 and 'add --end2end' in res.stderr

@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--dynamic', action='store_true', help='dynamic batch (and image size where possible)')
     parser.add_argument('--atol', type=float, default=1e-4, help='largest ONNX Runtime - PyTorch difference allowed')
     parser.add_argument('--latency', type=int, metavar='ROUNDS', help='also time ONNX Runtime against eager PyTorch '
-                        '(batch 1 at the export size, interleaved rounds, CPU)')
+                        '(batch 1 at the export size, interleaved rounds, CPU; with --end2end: the first of --images '
+                        'from the file to the pasted masks)')
     parser.add_argument('--end2end', action='store_true', help='a detector: export its whole inference (boxes, '
                         'scores, labels, masks), not only the backbone + neck')
     parser.add_argument('--images', nargs='+', metavar='IMAGE', help='check the deployed predictions on these '
@@ -92,13 +93,23 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f'error: --images checks deployed predictions of a detector (with --end2end) or a '
                          f'segmentor; {args.config} is a {kind}' + ('; add --end2end' if kind == 'detector' else ''))
     if args.end2end:
-        if args.dynamic or args.latency:
+        if args.dynamic:
             raise SystemExit('error: --end2end exports one image at a static size (the size the config pads to): '
-                             'drop --dynamic / --latency')
+                             'drop --dynamic')
+        if args.latency and not args.images:
+            raise SystemExit('error: --end2end --latency times the deployed detector on an image: add --images')
         export_detector(module.model, shape, args.out)
         print(f'wrote {args.out} (detector end to end, {shape[0]} x {shape[1]})')
         if args.images:
-            check_detector(args, module.model)
+            session = check_detector(args, module.model)
+            if args.latency:
+                image = args.images[0]
+                ort_times, torch_times = interleaved_times(
+                    [lambda: session(image), lambda: pytorch_detections(module.model, *session.inputs(image))],
+                    args.latency, 'cpu')
+                ort_s, torch_s = statistics.median(ort_times), statistics.median(torch_times)
+                print(f'latency on {image}, from the file to the pasted masks: deployed (ONNX Runtime) {ort_s:.2f} s, '
+                      f'PyTorch predict {torch_s:.2f} s ({torch_s / ort_s:.2f}x)')
         return
     if facts['kind'] == 'segmentor':
         facts = dict(facts, fixed_size=True)
@@ -129,8 +140,9 @@ def main(argv: list[str] | None = None) -> None:
                              f'< {100 * args.label_agreement:g} %')
 
 
-def check_detector(args: argparse.Namespace, model: torch.nn.Module) -> None:
-    """Compare the deployed detections with the model's ``predict`` on each of ``args.images``; exit on a failure."""
+def check_detector(args: argparse.Namespace, model: torch.nn.Module) -> DetectorSession:
+    """Compare the deployed detections with the model's ``predict`` on each of ``args.images``; exit on a failure,
+    else return the session."""
     session = DetectorSession(args.out, args.config)
     failures = []
     for image in args.images:
@@ -146,6 +158,7 @@ def check_detector(args: argparse.Namespace, model: torch.nn.Module) -> None:
         raise SystemExit(f'error: the deployed detector differs from PyTorch on {", ".join(failures)} (a detection '
                          f'without its pair, boxes beyond --box-rtol {args.box_rtol} or masks below --mask-iou '
                          f'{args.mask_iou})')
+    return session
 
 
 if __name__ == '__main__':
