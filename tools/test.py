@@ -22,6 +22,7 @@ from tool_args import add_runner_args, load_tool_config
 import mmwf  # noqa: F401  (registers modules)
 from mmwf.engine.launch import build_runner, named_annotation_errors
 from mmwf.utils import check_stack, close_distributed
+from mmwf.utils.checkpoint import atomic_write
 
 
 def parse_args() -> argparse.Namespace:
@@ -56,8 +57,8 @@ def main() -> None:
     finally:
         close_distributed()
     if args.out_json and runner.rank == 0:
-        with open(args.out_json, 'w') as f:
-            json.dump({k: float(v) for k, v in metrics.items() if isinstance(v, numbers.Real)}, f, indent=1)
+        scores = {k: float(v) for k, v in metrics.items() if isinstance(v, numbers.Real)}
+        atomic_write(args.out_json, lambda f: json.dump(scores, f, indent=1), mode='w')
 
 
 if __name__ == '__main__':
