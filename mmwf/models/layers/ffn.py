@@ -49,11 +49,13 @@ class _GeluLinear(torch.autograd.Function):
         if ctx.needs_input_grad[1]:  # dy^T GELU(h), in dy's dtype under autocast
             g = F.gelu(h, approximate=ctx.approximate).to(dy.dtype)
             grad_w = (flat.t() @ g.reshape(-1, g.shape[-1])).to(weight.dtype)
+            del g  # freed before the hidden-sized product below, which can take its memory
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = flat.sum(0).to(weight.dtype)
-        if ctx.needs_input_grad[0]:
-            grad_h = torch.ops.aten.gelu_backward(dy @ weight.to(dy.dtype), h.to(dy.dtype),
-                                                  approximate=ctx.approximate).to(h.dtype)
+        if ctx.needs_input_grad[0]:  # GELU'(h) * (dy W), written over dy W: one hidden-sized buffer, not two
+            grad_h = dy @ weight.to(dy.dtype)
+            grad_h = torch.ops.aten.gelu_backward.grad_input(grad_h, h.to(dy.dtype), approximate=ctx.approximate,
+                                                             grad_input=grad_h).to(h.dtype)
         return grad_h, grad_w, grad_b, None
 
 
