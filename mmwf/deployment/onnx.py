@@ -127,11 +127,11 @@ class ImageSession:
         import onnxruntime as ort
         from mmengine.config import Config
         from mmengine.dataset import Compose
-        from mmengine.registry import MODELS, init_default_scope
+        from mmengine.registry import MODELS, DefaultScope
         self.cfg = Config.fromfile(config)
-        init_default_scope(self.SCOPE)
-        self.pipeline = Compose([t for t in self.cfg.test_pipeline if t['type'] != 'LoadAnnotations'])
-        self.preprocessor = MODELS.build(self.cfg.model.data_preprocessor)
+        with DefaultScope.overwrite_default_scope(self.SCOPE):  # the config's names, leaving the process's scope
+            self.pipeline = Compose([t for t in self.cfg.test_pipeline if t['type'] != 'LoadAnnotations'])
+            self.preprocessor = MODELS.build(self.cfg.model.data_preprocessor)
         self.session = ort.InferenceSession(path, providers=providers or ['CPUExecutionProvider'])
 
     def inputs(self, image: str) -> tuple[torch.Tensor, dict]:

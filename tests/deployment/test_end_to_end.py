@@ -121,9 +121,12 @@ def test_onnx_runtime_gives_the_detectors_predictions(detector, images, tmp_path
     """Exported and run by ONNX Runtime (NonMaxSuppression, RoiAlign), the detections are PyTorch's: the same
     count and labels, boxes within 1e-3 relative, masks of IoU above 0.99; and with no box above the threshold, no
     detections (no operator fails on empty inputs)."""
+    from mmengine.registry import DefaultScope
     config, model = detector
     path = export_detector(model, (128, 128), str(tmp_path / 'det.onnx'))
-    session = DetectorSession(path, config)
+    with DefaultScope.overwrite_default_scope('mmengine'):  # another library's scope is current
+        session = DetectorSession(path, config)
+        assert DefaultScope.get_current_instance().scope_name == 'mmengine'  # the config's only while it builds
     for image in images[0]:
         inputs, meta = session.inputs(image)
         ref, got = pytorch_detections(model, inputs, meta), session(image)
