@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 import mmwf  # noqa: F401
 from mmwf.configs import config_file, export_config
 from mmwf.datasets import CheckAnnotations, check_classes, check_dataset_paths, configure_annotation_checks
+from mmwf.deployment import CascadeMaskRCNNGraph
 from mmwf.engine.hooks import NonFiniteLossHook, ShowPredictionsHook
 from mmwf.engine.launch import named_annotation_errors
 from mmwf.models.backbones import DeiT, WeightFormer
@@ -100,6 +101,10 @@ def layer_decay(model: torch.nn.Module, **paramwise) -> Callable:
         build_optim_wrapper(wrapper, dict(constructor='LayerDecayOptimWrapperConstructor',
                                           optimizer=dict(type='AdamW', lr=1e-4), paramwise_cfg=paramwise))
     return build
+
+
+class MaskRCNN(torch.nn.Module):
+    """A detector without the ViTDet cascade's RoI head."""
 
 
 def nan_loss_iteration() -> None:
@@ -410,6 +415,9 @@ CASES = [
       "metainfo=dict(classes=(...)) to the file's category names"]),
     ('classifier head without classes', lambda t: lambda: WeightFormer(TINY_WF, out_type='logits'), ValueError,
      ["out_type='logits' needs num_classes > 0"]),
+    ('end-to-end export of another detector', lambda t: lambda: CascadeMaskRCNNGraph(MaskRCNN()), ValueError,
+     ["MaskRCNN has roi_head NoneType: the end-to-end graph is the ViTDet Cascade Mask R-CNN's",
+      'without --end2end']),
     # packaged configs and pictures
     ('misspelt config name', lambda t: lambda: config_file('upernet_wf_t_ade'), ValueError,
      ["no mmwf config named 'upernet_wf_t_ade'", 'did you mean upernet_wf_t_ade20k', 'python -m mmwf.configs --list']),

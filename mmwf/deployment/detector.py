@@ -88,7 +88,7 @@ class CascadeMaskRCNNGraph(nn.Module):
         if type(roi_head) is not ViTDetCascadeRoIHead or not roi_head.with_mask:
             raise ValueError(f'{type(model).__name__} has roi_head {type(roi_head).__name__}: the end-to-end graph '
                              "is the ViTDet Cascade Mask R-CNN's (ViTDetCascadeRoIHead with a mask head); export "
-                             "other detectors' backbone + neck with tools/deployment/pytorch2onnx.py")
+                             "another detector's backbone + neck (tools/deployment/pytorch2onnx.py without --end2end)")
         if model.training:
             raise ValueError(f'{type(model).__name__} is in training mode: call .eval() before exporting')
         rpn, rcnn = model.rpn_head.test_cfg, roi_head.test_cfg
