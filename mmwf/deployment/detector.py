@@ -212,10 +212,9 @@ class DetectorSession(ImageSession):
                              'export at the size the config pads to')
         return inputs, meta
 
-    def __call__(self, image: str) -> dict[str, Tensor]:
-        """``bboxes`` (n, 4) in the original image, ``scores``, ``labels`` and ``masks`` (n, h, w) bool of one image,
-        as ``DetDataSample.pred_instances`` of mmdet's ``predict(..., rescale=True)``."""
-        inputs, meta = self.inputs(image)
+    def predict(self, inputs: Tensor, meta: dict) -> dict[str, Tensor]:
+        """``bboxes`` (n, 4) in the original image, ``scores``, ``labels`` and ``masks`` (n, h, w) bool of one
+        preprocessed image, as ``DetDataSample.pred_instances`` of mmdet's ``predict(..., rescale=True)``."""
         boxes, scores, labels, masks = self.session.run(None, dict(
             image=inputs.numpy(), img_shape=np.asarray(meta['img_shape'], np.float32)))
         boxes = torch.from_numpy(boxes) / torch.tensor(meta['scale_factor']).repeat(2).to(torch.float32)

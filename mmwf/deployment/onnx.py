@@ -139,3 +139,11 @@ class ImageSession:
         data = self.pipeline(dict(img_path=image, img_id=0))
         data = self.preprocessor(dict(inputs=[data['inputs']], data_samples=[data['data_samples']]), False)
         return data['inputs'], data['data_samples'][0].metainfo
+
+    def predict(self, inputs: torch.Tensor, meta: dict):
+        """The prediction for one preprocessed image (``inputs`` and ``meta`` from :meth:`inputs`)."""
+        raise NotImplementedError
+
+    def __call__(self, image: str):
+        """:meth:`predict` of one image file."""
+        return self.predict(*self.inputs(image))

@@ -54,10 +54,9 @@ class SegmentorSession(ImageSession):
                 count[:, :, y1:y2, x1:x2] += 1
         return preds / count
 
-    def __call__(self, image: str) -> Tensor:
-        """The label map (h, w) int64 of one image file, in its original size: ``pred_sem_seg`` of mmseg's
+    def predict(self, inputs: Tensor, meta: dict) -> Tensor:
+        """The label map (h, w) int64 of one preprocessed image, in its original size: ``pred_sem_seg`` of mmseg's
         ``predict``."""
-        inputs, meta = self.inputs(image)
         logits = self.logits(inputs, meta)
         left, right, top, bottom = meta.get('img_padding_size', meta.get('padding_size', [0] * 4))
         logits = logits[:, :, top:logits.shape[2] - bottom, left:logits.shape[3] - right]

@@ -128,16 +128,21 @@ def main(argv: list[str] | None = None) -> None:
     axes = ('dynamic batch' + ('' if facts.get('fixed_size') else ' and size')) if args.dynamic else 'static'
     print(f'wrote {args.out} ({facts["kind"]}, {axes})')
     if args.images:
-        session = SegmentorSession(args.out, args.config)
-        worst = 1.0
-        for image in args.images:
-            inputs, meta = session.inputs(image)
-            share = label_agreement(pytorch_label_map(module.model, inputs, meta), session(image))
-            worst = min(worst, share)
-            print(f'{image}: label map equal to PyTorch\'s on {100 * share:.3f} % of the pixels')
-        if worst < args.label_agreement:
-            raise SystemExit(f'error: a deployed label map agrees with PyTorch on {100 * worst:.3f} % of the pixels '
-                             f'< {100 * args.label_agreement:g} %')
+        check_segmentor(args, module.model)
+
+
+def check_segmentor(args: argparse.Namespace, model: torch.nn.Module) -> None:
+    """Compare the deployed label maps with the model's ``predict`` on each of ``args.images``; exit on a failure."""
+    session = SegmentorSession(args.out, args.config)
+    worst = 1.0
+    for image in args.images:
+        inputs, meta = session.inputs(image)
+        share = label_agreement(pytorch_label_map(model, inputs, meta), session.predict(inputs, meta))
+        worst = min(worst, share)
+        print(f'{image}: label map equal to PyTorch\'s on {100 * share:.3f} % of the pixels')
+    if worst < args.label_agreement:
+        raise SystemExit(f'error: a deployed label map agrees with PyTorch on {100 * worst:.3f} % of the pixels '
+                         f'< {100 * args.label_agreement:g} %')
 
 
 def check_detector(args: argparse.Namespace, model: torch.nn.Module) -> DetectorSession:
@@ -147,7 +152,7 @@ def check_detector(args: argparse.Namespace, model: torch.nn.Module) -> Detector
     failures = []
     for image in args.images:
         inputs, meta = session.inputs(image)
-        d = compare_detections(pytorch_detections(model, inputs, meta), session(image))
+        d = compare_detections(pytorch_detections(model, inputs, meta), session.predict(inputs, meta))
         print(f'{image}: {d["count"][0]} detections in PyTorch, {d["count"][1]} deployed, {d["paired"]} paired '
               f'(same label, box IoU > 0.5); largest relative box difference {d["box_rel"]:.1e}; score difference '
               f'{d["score_abs"]:.1e}; smallest mask IoU {d["mask_iou"]:.4f}')
