@@ -1,9 +1,12 @@
 """CUDA checks (``pytest -m cuda``; skipped without a CUDA device): the backbones, every attention operator, the
 neck and the two denoisers (B/2, activation checkpointing on) under fp16 / bf16 autocast against fp32 on the same
-device, the batched per-sample depthwise convolution
-(grouped and shift-sum) against the CPU loop, and peak memory of WF-T vs DeiT-T at 1024 and 1248.
+device, the batched per-sample depthwise convolution (grouped and shift-sum) against the CPU loop, and peak memory
+of WF-T vs DeiT-T at 1024 and 1248.
 
-Needs torch, timm and mmengine only (no mmcv / mmdet / mmseg), like the backbones themselves.
+Every comparison is deterministic and in true fp32 where it says fp32: TF32 is off for each test (cuDNN runs
+convolutions in TF32 by default from Ampere on, 10 mantissa bits), and the two passes of a training-mode model
+draw the same dropout (the generator seeded before each). Needs torch, timm and mmengine only (no mmcv / mmdet /
+mmseg), like the backbones themselves.
 """
 from __future__ import annotations
 
@@ -15,41 +18,25 @@ from mmwf.models.backbones import DeiT, WeightFormer
 from mmwf.models.layers import OPERATORS, AdaptiveDynamicDWConv
 from mmwf.models.necks import SimpleFeaturePyramid
 from mmwf.registry import MODELS
+from tests import mixed_precision
+from tests.mixed_precision import Denoising, shifted_denoiser
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')]
 DEVICE = 'cuda'
-# relative error bounds of autocast against fp32 (random init, whole network; measured on CPU autocast at 224:
-# WF-T bf16 1.2e-2 / 2.1e-2, fp16 1.4e-3 / 1.8e-3 for output / parameter gradients; DeiT-T 10x lower)
-TOLERANCE = {torch.float16: dict(out=1e-2, grad=2e-2), torch.bfloat16: dict(out=5e-2, grad=1e-1)}
-LOSS_SCALE = {torch.float16: 2.0 ** 12}  # fp16 gradients underflow without loss scaling (as GradScaler does)
 
 
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
-
-
-def run(model: torch.nn.Module, x: torch.Tensor, dtype: torch.dtype | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Output of ``model(x)`` (the last map) and the gradients of its mean square w.r.t. every parameter, flat."""
-    model.zero_grad()
-    scale = LOSS_SCALE.get(dtype, 1.0)
-    with torch.autocast(DEVICE, dtype=dtype or torch.float32, enabled=dtype is not None):
-        out = model(x)
-        out = out[-1] if isinstance(out, (tuple, list)) else out
-    (out.float().square().mean() * scale).backward()
-    grads = torch.cat([p.grad.flatten() / scale for p in model.parameters() if p.grad is not None])
-    return out.detach().float(), grads
+@pytest.fixture(autouse=True)
+def no_tf32():
+    """fp32 matrix products and convolutions in full precision for the test, the flags restored after it."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def check_autocast(model: torch.nn.Module, x: torch.Tensor, dtype: torch.dtype) -> None:
-    model = model.to(DEVICE).train()
-    x = x.to(DEVICE)
-    ref_out, ref_grad = run(model, x, None)
-    out, grad = run(model, x, dtype)
-    assert torch.isfinite(out).all() and torch.isfinite(grad).all()
-    bound = TOLERANCE[dtype]
-    assert relative_error(out, ref_out) < bound['out'], relative_error(out, ref_out)
-    assert relative_error(grad, ref_grad) < bound['grad'], relative_error(grad, ref_grad)
+    mixed_precision.check_autocast(model.to(DEVICE), x.to(DEVICE), dtype)
 
 
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16], ids=['fp16', 'bf16'])
@@ -72,34 +59,18 @@ def test_windowed_deit_and_neck_autocast_match_fp32(dtype):
     check_autocast(model, torch.randn(1, 3, 512, 512), dtype)
 
 
-class Denoising(torch.nn.Module):
-    """A denoiser called on latents alone (timesteps and labels fixed by the batch position), as the checks call."""
-
-    def __init__(self, denoiser: torch.nn.Module) -> None:
-        super().__init__()
-        self.denoiser = denoiser
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        i = torch.arange(len(x), device=x.device)
-        return self.denoiser(x, i * 997 % 1000, i % 1000)
-
-
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16], ids=['fp16', 'bf16'])
 @pytest.mark.parametrize('family', ['WeightFormerDiT', 'DiT'])
 def test_denoiser_autocast_with_checkpointing_matches_fp32(family, dtype):
-    """The configs' *_b_2_in256_bf16 / _fp16 models (adaLN-Zero moved off its zero init, so every branch counts)."""
-    torch.manual_seed(0)
-    denoiser = MODELS.build(dict(type=family, arch='B', patch_size=2, with_cp=True))
-    with torch.no_grad():
-        for p in denoiser.parameters():
-            p.add_(torch.randn_like(p) * 0.02)
+    """The configs' *_b_2_in256_bf16 / _fp16 models, in training mode (label dropout drawn alike in both passes)."""
+    denoiser = shifted_denoiser(family, 'B', with_cp=True)
     check_autocast(Denoising(denoiser), torch.randn(4, 4, 32, 32), dtype)
 
 
-@pytest.mark.parametrize('impl', ['auto', 'grouped', 'shift'])
+@pytest.mark.parametrize('impl', ['auto', 'grouped', 'taps', 'shift'])
 def test_per_sample_depthwise_conv_on_cuda_matches_the_cpu_loop(impl):
-    """The batched CUDA evaluations (one grouped conv, the shift-sum of compiled graphs) against the eager CPU
-    per-sample loop: outputs and gradients."""
+    """The batched CUDA evaluations (one grouped conv, the taps of exported graphs, the shift-sum of compiled graphs)
+    against the eager CPU per-sample loop: outputs and gradients."""
     from mmwf.models.layers.dynamic_dwconv import per_sample_depthwise_conv
     x, w, b = torch.randn(4, 64, 23, 31), torch.randn(4, 64, 3, 3), torch.randn(64)
     leaves = [t.clone().requires_grad_() for t in (x, w, b)]

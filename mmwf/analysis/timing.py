@@ -97,18 +97,21 @@ def op_group(name: str) -> str:
     return next((group for group, prefixes in OP_GROUPS.items() if name.startswith(prefixes)), 'element-wise')
 
 
-def step_profile(step: Callable[[], object]) -> dict[tuple[str, str], float]:
-    """CPU milliseconds of one ``step()`` by (phase, group): the phase ``'forward'``, ``'backward'`` (run by
-    autograd's engine) or ``'optimizer'`` (inside ``Optimizer.step``), the group of each aten operator's own time
-    (:data:`OP_GROUPS`, else ``'element-wise'``); ``('all', 'step')`` is the step's wall time, so what the
-    operators do not account for is Python and dispatch."""
+def step_profile(step: Callable[[], object], device: str = 'cpu') -> dict[tuple[str, str], float]:
+    """Milliseconds of one ``step()`` by (phase, group): on the CPU each aten operator's own CPU time, on CUDA its
+    own kernel time on the device (the profiler records CUDA activity; host time there is only the launches); the
+    phase ``'forward'``, ``'backward'`` (run by autograd's engine) or ``'optimizer'`` (inside ``Optimizer.step``),
+    the group of each operator (:data:`OP_GROUPS`, else ``'element-wise'``). ``('all', 'step')`` is the step's wall
+    time (the device synchronised before and after), so what the operators do not account for is Python, dispatch
+    and, on CUDA, the device waiting for launches."""
     from torch.profiler import ProfilerActivity, profile
-    start = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        step()
-    out: dict[tuple[str, str], float] = {('all', 'step'): (time.perf_counter() - start) * 1e3}
+    cuda = device.startswith('cuda')
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    with profile(activities=activities) as prof:
+        wall = time_call(step, device)
+    out: dict[tuple[str, str], float] = {('all', 'step'): wall * 1e3}
     for event in prof.events():
-        if not event.name.startswith('aten::'):
+        if not event.name.startswith('aten::') or event.device_type != torch.autograd.DeviceType.CPU:
             continue
         phase, parent = 'forward', event.cpu_parent
         while parent is not None:
@@ -118,8 +121,9 @@ def step_profile(step: Callable[[], object]) -> dict[tuple[str, str], float]:
             if parent.name.startswith('autograd::engine::evaluate_function'):
                 phase = 'backward'
             parent = parent.cpu_parent
+        own = event.self_device_time_total if cuda else event.self_cpu_time_total
         key = (phase, op_group(event.name))
-        out[key] = out.get(key, 0.0) + event.self_cpu_time_total / 1e3
+        out[key] = out.get(key, 0.0) + own / 1e3
     return out
 
 

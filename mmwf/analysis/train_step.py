@@ -13,10 +13,13 @@ PARTS = ('classifier', 'backbone+pyramid')
 
 
 def train_step(name: str, part: str, batch: int, size: int, device: str, amp: bool,
-               network: nn.Module | None = None) -> tuple[Callable[[], None], nn.Module]:
+               network: nn.Module | None = None) -> tuple[Callable[[], torch.Tensor], nn.Module]:
     """One training step of model ``name`` (a name of :func:`mmwf.analysis.models.classifier_config`) as ``part``:
-    forward, loss, backward, AdamW step, on a fixed random batch (batch, 3, size, size); and the model it trains.
-    ``network``: a classifier (images -> logits) from elsewhere (a reference's) trained instead of ``name``'s."""
+    forward, loss, backward, AdamW step, on a fixed random batch (batch, 3, size, size), returning the loss; and the
+    model it trains. With ``amp`` on CUDA the step scales the loss dynamically (fp16, as AmpOptimWrapper), and its
+    GradScaler is the step's attribute ``scaler``: a scale that keeps falling means every step is skipped for
+    non-finite gradients. ``network``: a classifier (images -> logits) from elsewhere (a reference's) trained instead
+    of ``name``'s."""
     from mmwf.analysis.models import backbone_config, classifier_config
     from mmwf.models.necks import SimpleFeaturePyramid
     from mmwf.registry import MODELS
@@ -44,7 +47,7 @@ def train_step(name: str, part: str, batch: int, size: int, device: str, amp: bo
     x = torch.randn(batch, 3, size, size, device=device)
     target = torch.randint(0, 1000, (batch,), device=device)
 
-    def step() -> None:
+    def step() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(device.split(':')[0], dtype=torch.float16 if device.startswith('cuda') else torch.bfloat16,
                             enabled=amp):
@@ -54,4 +57,6 @@ def train_step(name: str, part: str, batch: int, size: int, device: str, amp: bo
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
+        return loss.detach()
+    step.scaler = scaler
     return step, model

@@ -12,10 +12,11 @@ from .checkpoint import (
     safe_loading,
     unwrap_state_dict,
 )
-from .runtime import adapt_to_device, close_distributed, init_cpu_distributed, init_tool_distributed
+from .runtime import adapt_to_device, close_distributed, init_cpu_distributed, init_tool_distributed, launched_device
 from .stack import StackError, check_stack, stack_problems
 
 __all__ = ['CheckpointError', 'CheckpointMismatchError', 'UnsafeCheckpointError', 'adapt_to_device',
-           'close_distributed', 'init_cpu_distributed', 'init_tool_distributed', 'stack', 'check_stack',
-           'stack_problems', 'StackError', 'enable_safe_mmengine_checkpoints', 'load_state_dict_file', 'load_strict',
-           'load_weights_only', 'read_state_dict', 'safe_checkpoint_globals', 'safe_loading', 'unwrap_state_dict']
+           'close_distributed', 'init_cpu_distributed', 'init_tool_distributed', 'launched_device', 'stack',
+           'check_stack', 'stack_problems', 'StackError', 'enable_safe_mmengine_checkpoints', 'load_state_dict_file',
+           'load_strict', 'load_weights_only', 'read_state_dict', 'safe_checkpoint_globals', 'safe_loading',
+           'unwrap_state_dict']

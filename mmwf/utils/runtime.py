@@ -71,17 +71,26 @@ def init_cpu_distributed(cfg: Config) -> None:
                   logger='current')
 
 
+def launched_device(device: str) -> str:
+    """The device of this process under a distributed launcher: the GPU of its ``LOCAL_RANK`` (``cuda:i``) where
+    ``device`` is CUDA, else ``device`` itself."""
+    import os
+    return f'cuda:{int(os.environ.get("LOCAL_RANK", 0))}' if device.startswith('cuda') else device
+
+
 def init_tool_distributed(launcher: str, device: str) -> tuple[int, int, str]:
-    """For a tool started by torchrun (``--launcher pytorch``): join the process group (NCCL on CUDA, gloo on CPU)
-    and take this process's GPU (``LOCAL_RANK``); returns (rank, world size, device). Without a launcher: (0, 1,
-    ``device``)."""
+    """For a tool started by torchrun (``--launcher pytorch``): take this process's GPU (:func:`launched_device`)
+    before joining the process group, as mmengine's ``init_dist`` does (NCCL puts a rank on the current device and
+    refuses two ranks on one GPU), then join it (NCCL on CUDA, gloo on CPU); returns (rank, world size, device).
+    Without a launcher: (0, 1, ``device``)."""
     if launcher == 'none':
         return 0, 1, device
-    import os
-
+    if launcher != 'pytorch':
+        raise ValueError(f"--launcher {launcher!r}: the tools run under torchrun (--launcher pytorch) or alone "
+                         "('none')")
     import torch.distributed as dist
-    cuda = device.startswith('cuda')
-    dist.init_process_group('nccl' if cuda else 'gloo')
-    if cuda:
-        device = f'cuda:{int(os.environ.get("LOCAL_RANK", 0))}'
+    device = launched_device(device)
+    if device.startswith('cuda'):
+        torch.cuda.set_device(device)
+    dist.init_process_group('nccl' if device.startswith('cuda') else 'gloo')
     return dist.get_rank(), dist.get_world_size(), device

@@ -14,6 +14,11 @@ during the forward (activations; the peak is reset before the forward through /p
     python tools/analysis/benchmark.py --sizes 224 512 768 1024 1248 --models wf-t wf-s static-t deit-t deit-s \
         --plot benchmark.png
     python tools/analysis/benchmark.py --models deit-t deit-t-relu deit-t-mhla deit-t-ttt   # linear attention
+    python tools/analysis/benchmark.py --bench kernels --models wf-t --sizes 224 1024 --device cuda
+
+``--bench kernels``: each operation of a dynamic block (the per-sample depthwise conv, the adaptive pooling, the
+Bilateral linear's update) timed in every evaluation mmwf has for it, inference and training, beside the one the
+kernel table and cost rule pick on this device (:mod:`mmwf.analysis.kernels`).
 
 The workload of detection / segmentation configs is tools/analysis/workload_benchmark.py.
 """
@@ -28,7 +33,7 @@ import torch
 import torch.nn as nn
 
 from mmwf.analysis import build_classifier
-from mmwf.analysis.timing import last_line_of, peak_memory, time_call
+from mmwf.analysis.timing import interleaved_times, last_line_of, peak_memory, time_call
 
 
 def build(name: str, size: int) -> nn.Module:
@@ -108,8 +113,36 @@ def parse_batches(spec: list[str]) -> dict[int, int]:
     return {int(s.split(':')[0]): int(s.split(':')[1]) for s in spec}
 
 
+def bench_kernels(names: list[str], sizes: list[int], batches: dict[int, int], rounds: int, device: str) -> None:
+    """One markdown table: per model, size and mode, each operation's evaluations (median ms of ``rounds``
+    interleaved rounds), the rule's pick, the fastest, and the rule's time over the fastest."""
+    from mmwf.analysis.kernels import MODES, kernel_cases
+    archs = {name: name.split('-', 1)[1] for name in names}
+    if any(not name.startswith('wf-') for name in names):
+        raise SystemExit(f'--bench kernels times WeightFormer\'s dynamic layers: give wf-t, wf-s or wf-b, not '
+                         f'{" ".join(n for n in names if not n.startswith("wf-"))}')
+    print(f'device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}, {rounds} rounds, '
+          'median ms; the rule: the kernel table and the cost rule on this device')
+    print('| model | input | batch | mode | operation | ms by evaluation | rule picks | fastest | rule / fastest |')
+    print('|---|---|---|---|---|---|---|---|---|')
+    for name, arch in archs.items():
+        for size in sizes:
+            batch = batches.get(size, 1)
+            for mode in MODES:
+                for case in kernel_cases(arch, size, batch, device, mode):
+                    times = interleaved_times(list(case.evaluations.values()), rounds, device)
+                    ms = {n: statistics.median(t) * 1e3 for n, t in zip(case.evaluations, times)}
+                    fastest = min(ms, key=ms.get)
+                    cells = ', '.join(f'{n} {t:.3f}' for n, t in ms.items())
+                    print(f'| {name} | {size} | {batch} | {mode} | {case.operation} | {cells} | {case.rule} | '
+                          f'{fastest} | {ms[case.rule] / ms[fastest]:.2f}x |', flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--bench', choices=['inference', 'kernels'], default='inference',
+                        help='whole models (throughput, memory) or the dynamic layers\' evaluations. '
+                        'Defaults to inference')
     parser.add_argument('--models', nargs='+', default=['wf-t', 'static-t', 'deit-t'])
     parser.add_argument('--sizes', nargs='+', type=int, default=[224, 512, 1024])
     parser.add_argument('--batch', nargs='+', default=['224:16'],
@@ -131,6 +164,9 @@ def main() -> None:
         print(json.dumps(forward_memory(name, int(size), int(batch), args.device)))
         return
     batches = parse_batches(args.batch)
+    if args.bench == 'kernels':
+        bench_kernels(args.models, args.sizes, batches, args.rounds, args.device)
+        return
     print(f'device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, '
           f'{args.rounds} rounds x {args.iters} iters, median')
     print(f'| model | input | batch | img/s | ratio vs {args.reference} | peak MB | activations MB |')

@@ -42,10 +42,19 @@ def reference_denoiser(path: str, arch: str, size: int) -> nn.Module:
     return net
 
 
+AMP_DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16}
+
+
+def precision(amp: str | None) -> str:
+    return f'{amp} autocast' if amp else 'fp32'
+
+
 def make_step(family: str, arch: str, size: int, batch: int, mode: str, device: str,
-              reference: str | None = None) -> Callable[[], None]:
+              reference: str | None = None, amp: str | None = None) -> Callable[[], None]:
     """One training (``'train'``, ``'train-cp'``) or sampling step of ``family``-``arch`` (e.g. ``'S/2'``) on
-    (batch, 4, size, size) latents; ``reference``: the file of a reference family's network."""
+    (batch, 4, size, size) latents; ``reference``: the file of a reference family's network; ``amp``: ``'bf16'`` or
+    ``'fp16'`` autocast (as the configs' ``*_bf16`` / ``*_fp16`` AmpOptimWrapper; fp16 with a dynamic loss scale),
+    else fp32."""
     name, patch = arch.split('/')
     model = MODELS.build(dict(type='LatentDiffusion', denoiser=dict(
         type=FAMILIES.get(family, 'DiT'), arch=name, patch_size=int(patch), input_size=size,
@@ -58,15 +67,21 @@ def make_step(family: str, arch: str, size: int, batch: int, mode: str, device: 
     g = torch.Generator(device).manual_seed(0)
     x = torch.randn(batch, 4, size, size, device=device, generator=g)
     labels = torch.randint(0, 1000, (batch,), device=device, generator=g)
+
+    def autocast() -> torch.autocast:
+        return torch.autocast(device.split(':')[0], dtype=AMP_DTYPES.get(amp, torch.float32), enabled=amp is not None)
     if mode.startswith('train'):
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0)
+        scaler = torch.amp.GradScaler(device.split(':')[0], enabled=amp == 'fp16')
 
         def step() -> None:
-            loss = sum(model(x, labels, mode='loss').values())
+            with autocast():
+                loss = sum(model(x, labels, mode='loss').values())
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         return step
     model.eval()
     sampler, t = model.sampler, torch.full((batch,), 100, device=device)
@@ -74,7 +89,9 @@ def make_step(family: str, arch: str, size: int, batch: int, mode: str, device: 
 
     @torch.no_grad()
     def step() -> None:
-        sampler.p_sample(model.denoiser(x, mapped, labels), x, t, torch.randn_like(x))
+        with autocast():
+            out = model.denoiser(x, mapped, labels)
+        sampler.p_sample(out.float(), x, t, torch.randn_like(x))
     return step
 
 
@@ -87,6 +104,8 @@ def main() -> None:
     parser.add_argument('--rounds', type=int, default=5)
     parser.add_argument('--dit-models', help="facebookresearch/DiT's models.py, compared as 'DiT (facebookresearch)'")
     parser.add_argument('--release-dit', help="the WeightFormer release's model/wfm_dit.py, as 'WF-DiT (release)'")
+    parser.add_argument('--amp', choices=sorted(AMP_DTYPES), help='mixed precision (autocast; fp16 with a dynamic '
+                        'loss scale), as the configs\' *_bf16 / *_fp16 rows. Defaults to fp32')
     parser.add_argument('--no-memory', action='store_true')
     parser.add_argument('--profile', action='store_true',
                         help="instead of the comparison: each family's step by phase and operator group (CPU)")
@@ -99,7 +118,7 @@ def main() -> None:
     files = {name: getattr(args, dest) for name, dest in REFERENCES.items() if getattr(args, dest)}
     if args.memory_probe:
         family, arch, size, batch, mode, reference = args.memory_probe
-        step = make_step(family, arch, int(size), int(batch), mode, args.device, reference or None)
+        step = make_step(family, arch, int(size), int(batch), mode, args.device, reference or None, args.amp)
         print(step_memory(step, args.device))
         return
     families = [*FAMILIES, *files]
@@ -111,13 +130,15 @@ def main() -> None:
         if args.no_memory:
             return '-'
         if args.device.startswith('cuda'):
-            step = make_step(family, arch, size, args.batch, mode, args.device, files.get(family))
+            step = make_step(family, arch, size, args.batch, mode, args.device, files.get(family), args.amp)
             return f'{step_memory(step, args.device):.0f}'
-        probe = ['--memory-probe', family, arch, str(size), str(args.batch), mode, files.get(family, '')]
+        probe = ['--memory-probe', family, arch, str(size), str(args.batch), mode, files.get(family, ''),
+                 *(['--amp', args.amp] if args.amp else [])]
         return f'{float(last_line_of(osp.abspath(__file__), probe, torch.get_num_threads())):.0f}'
 
     print(f'device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch}, '
-          f'{args.rounds} rounds, median seconds per step; speed-up = the DiT\'s s / WF-DiT s, round by round')
+          f'{precision(args.amp)}, {args.rounds} rounds, median seconds per step; speed-up = the DiT\'s s / WF-DiT s, '
+          'round by round')
     others = families[1:]
     print('| arch | latent | step | ' + ' | '.join(f'{f} s' for f in families) + ' | '
           + ' | '.join(f'vs {f}' for f in others) + ' | ' + ' | '.join(f'{f} MB' for f in families) + ' |')
@@ -125,7 +146,8 @@ def main() -> None:
     for arch in args.archs:
         for size in args.sizes:
             for mode in args.modes:
-                steps = [make_step(f, arch, size, args.batch, mode, args.device, files.get(f)) for f in families]
+                steps = [make_step(f, arch, size, args.batch, mode, args.device, files.get(f), args.amp)
+                         for f in families]
                 times = interleaved_times(steps, args.rounds, args.device)
                 del steps
                 ratios = [statistics.median(o / w for w, o in zip(times[0], times[i])) for i in range(1, len(times))]
@@ -138,16 +160,18 @@ def print_profiles(families: list[str], files: dict[str, str], args: argparse.Na
     """Per arch, size and mode: milliseconds of one step (the median of ``--rounds`` profiled steps after a warm-up)
     by phase and operator group, each family side by side."""
     phases = ('forward', 'backward', 'optimizer')
-    print(f'device cpu, torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch}; CPU ms of '
-          f'one step by phase and operator group (own time of the aten operators), median of {args.rounds} steps')
+    clock = 'kernel time on the GPU' if args.device.startswith('cuda') else 'CPU time'
+    print(f'device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch}, '
+          f'{precision(args.amp)}; ms of one step by phase and operator group (the aten operators\' own {clock}), '
+          f'median of {args.rounds} steps')
     for arch in args.archs:
         for size in args.sizes:
             for mode in args.modes:
                 medians = {}
                 for family in families:
-                    step = make_step(family, arch, size, args.batch, mode, 'cpu', files.get(family))
+                    step = make_step(family, arch, size, args.batch, mode, args.device, files.get(family), args.amp)
                     step()
-                    runs = [step_profile(step) for _ in range(args.rounds)]
+                    runs = [step_profile(step, args.device) for _ in range(args.rounds)]
                     medians[family] = {k: statistics.median(r.get(k, 0.0) for r in runs)
                                        for k in set().union(*runs)}
                 groups = sorted({g for m in medians.values() for p, g in m if p != 'all'})

@@ -66,12 +66,17 @@ def main() -> None:
                 torch.cuda.synchronize()
             times[name].append((time.perf_counter() - start) / args.iters)
     ref = args.models[-1]
-    print(f'{args.part}, batch {args.batch} at {args.size}, {"AMP" if args.amp else "fp32"}, {args.device}')
-    print('| model | s / step | img/s | vs ' + ref + ' | peak MB |\n|---|---|---|---|---|')
+    print(f'{args.part}, batch {args.batch} at {args.size}, {"AMP" if args.amp else "fp32"}, {args.device}; loss and '
+          'loss scale after the last step (fp16 on CUDA scales dynamically; a scale far below its start of 65536 means '
+          'non-finite gradients were skipped)')
+    print(f'| model | s / step | img/s | vs {ref} | peak MB | last loss | loss scale |\n' + '|---' * 7 + '|')
     for name, ts in times.items():
         t = statistics.median(ts)
         ratio = statistics.median(r / s for r, s in zip(times[ref], ts))
-        print(f'| {name} | {t:.3f} | {args.batch / t:.1f} | {ratio:.2f}x | {peaks.get(name, float("nan")):.0f} |')
+        loss, scaler = steps[name](), steps[name].scaler
+        scale = f'{scaler.get_scale():.3g}' if scaler.is_enabled() else '-'
+        print(f'| {name} | {t:.3f} | {args.batch / t:.1f} | {ratio:.2f}x | {peaks.get(name, float("nan")):.0f} | '
+              f'{loss.item():.3f} | {scale} |')
 
 
 if __name__ == '__main__':

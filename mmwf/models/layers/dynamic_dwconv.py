@@ -16,14 +16,27 @@ from mmwf.registry import MODELS
 from .implementation import kernel, records_autograd
 from .tokens import map_to_tokens, tokens_to_map
 
+# the map size (H * W) from which eager CUDA inference pools by the matrices: on an H200 a WF-T forward was 1.44x /
+# 1.50x faster at 1024 / 1248 px (64 x 64 / 78 x 78 maps, batch 8) and 0.93x / 0.81x at 512 / 224 (32 x 32, 14 x 14)
+LARGE_MAP = 64 * 64
+
+
+def adaptive_pool_kernel(x: torch.Tensor) -> str:
+    """``'native'`` or ``'matrices'``: the :func:`~.implementation.kernel` of ``'adaptive_pool'`` for the map x,
+    ``'matrices-large'`` resolved by x's size (:data:`LARGE_MAP`)."""
+    impl = kernel('adaptive_pool', x.device, records_autograd(x))
+    if impl == 'matrices-large':
+        return 'matrices' if x.shape[-2] * x.shape[-1] >= LARGE_MAP else 'native'
+    return impl
+
 
 def adaptive_avg_pool(x: torch.Tensor, size: int) -> torch.Tensor:
-    """``F.adaptive_avg_pool2d(x, size)`` for maps (B, C, H, W), by the :func:`~.implementation.kernel` of
-    ``'adaptive_pool'``: PyTorch's op (``'native'``: eager, and under the FLOP counter) or two averaging matrices
-    (``'matrices'``: compiling, ``torch.export`` and either ONNX exporter; bin i of a side of n covers
-    [floor(i n / size), ceil((i + 1) n / size)), as PyTorch's): ONNX has no adaptive pooling whose output size does
-    not divide the input, and the matrices are generic in H and W."""
-    if kernel('adaptive_pool') == 'native':
+    """``F.adaptive_avg_pool2d(x, size)`` for maps (B, C, H, W), by :func:`adaptive_pool_kernel`: PyTorch's op
+    (``'native'``: eager, and under the FLOP counter) or two averaging matrices (``'matrices'``: eager CUDA inference
+    on large maps, where PyTorch's kernel is slow, compiling, ``torch.export`` and either ONNX exporter; bin i of a
+    side of n covers [floor(i n / size), ceil((i + 1) n / size)), as PyTorch's): ONNX has no adaptive pooling whose
+    output size does not divide the input, and the matrices are generic in H and W."""
+    if adaptive_pool_kernel(x) == 'native':
         return F.adaptive_avg_pool2d(x, size)
     return pooling_matrices(x, size)
 

@@ -69,6 +69,20 @@ def weight_form(costs: dict[str, dict[str, int]], order: str, weight_elements: i
     return form, orders[form]
 
 
+def gram_column_norms(gram: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """The column norms of dW = left right from the Gram matrix gram = left^T left (B or 1, K, K) and right (B, K,
+    Cout): ||dW_j|| = sqrt(right_j^T gram right_j), (B, 1, Cout), in fp32 at least, whatever the inputs' dtype and
+    autocast (in fp16 the squares of small norms underflow to zero, and the square root's derivative there made every
+    gradient of WF-T's fp16 training step NaN on CUDA). Where rounding leaves the square at or below 0 the norm is 0
+    with gradient 0, as ``torch.linalg.vector_norm``'s at a zero column."""
+    dtype = torch.promote_types(right.dtype, torch.float32)
+    with torch.autocast(right.device.type, enabled=False):
+        right = right.to(dtype)
+        square = (right * torch.matmul(gram.to(dtype), right)).sum(1, keepdim=True)
+    positive = square > 0
+    return torch.where(positive, square, 1).sqrt() * positive
+
+
 class DynamicLinear(nn.Module):
     """Base class: y = x (W0 + dW(X)) + b. Subclasses implement :meth:`delta`.
 
@@ -121,8 +135,8 @@ class DynamicLinear(nn.Module):
                       gram: torch.Tensor) -> torch.Tensor:
         """:meth:`apply_update` for dW = left right of rank K, left (B or 1, Cin, K), right (B, K, Cout), gram =
         left^T left, without a weight per sample: x w + b + ((x left) right) / (||dW||_col + 1), the column norms
-        from the Gram matrix, ||dW_j||^2 = right_j^T gram right_j (clamped at 0 against rounding)."""
-        norm = (right * torch.matmul(gram, right)).sum(1, keepdim=True).clamp_min(0).sqrt()  # (B, 1, Cout)
+        from the Gram matrix (:func:`gram_column_norms`)."""
+        norm = gram_column_norms(gram, right).to(right.dtype)  # (B, 1, Cout)
         return torch.baddbmm(F.linear(x, self.w.t(), self.b), torch.matmul(x, left), right / (norm + 1))
 
     def extra_repr(self) -> str:

@@ -10,7 +10,8 @@ import torch
 # and '<operation>_<device type>_autograd' that entry where autograd records the operation (training)
 KERNELS: dict[str, dict[str, str]] = {
     'eager': dict(depthwise_conv='grouped', depthwise_conv_cpu='loop', depthwise_conv_cpu_autograd='grouped',
-                  adaptive_pool='native', product_order='cheaper', dynamic_weight='cheaper', weight_update='addcdiv'),
+                  adaptive_pool='native', adaptive_pool_cuda='matrices-large', adaptive_pool_cuda_autograd='native',
+                  product_order='cheaper', dynamic_weight='cheaper', weight_update='addcdiv'),
     'traced': dict(depthwise_conv='grouped', adaptive_pool='native', product_order='cheaper',
                    dynamic_weight='materialized', weight_update='addcdiv'),
     'traced-onnx': dict(depthwise_conv='taps', adaptive_pool='matrices', product_order='cheaper',
@@ -53,7 +54,8 @@ def kernel(operation: str, device: torch.device | None = None, autograd: bool = 
     Args:
         operation (str): ``'depthwise_conv'`` (the per-sample depthwise conv: ``'loop'``, ``'grouped'``,
             ``'taps'``, ``'grouped-static'`` (grouped where the batch size is static, else the taps) or
-            ``'shift'``), ``'adaptive_pool'`` (``'native'`` or ``'matrices'``), ``'product_order'`` (the dynamic
+            ``'shift'``), ``'adaptive_pool'`` (``'native'``, ``'matrices'`` or ``'matrices-large'``: the
+            matrices on large maps, :func:`~.dynamic_dwconv.adaptive_pool_kernel`), ``'product_order'`` (the dynamic
             linears' ``order='auto'``: ``'cheaper'``, ``'cheaper-static'`` (cheaper where the sizes are static, else
             ``'core'``) or ``'core'``), ``'dynamic_weight'`` (how a dynamic linear with a low-rank update applies
             it: ``'factored'``, never forming a weight per sample, ``'materialized'``, the release's weight per

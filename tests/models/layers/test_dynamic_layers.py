@@ -171,6 +171,49 @@ def test_factored_update_of_a_zero_column_has_no_nan_gradient(weight_form):
     assert all(torch.isfinite(g).all() for g in grads)
 
 
+def test_factored_update_keeps_its_column_norms_in_fp32_under_fp16_autocast():
+    """Small column norms of dW, whose squares underflow to 0 in fp16 (where the square root's derivative is
+    infinite: every gradient of WF-T's fp16 training step on CUDA was NaN): under fp16 autocast the factored update
+    has finite gradients that agree with fp32's to fp16's rounding."""
+    layer = BilateralDynamicLinear(CIN, COUT)
+    x = torch.randn(B, HW[0] * HW[1], CIN, requires_grad=True)
+    left = torch.randn(1, CIN, 4) * 1e-2
+    right = (torch.randn(B, 4, COUT) * 1e-3).requires_grad_()
+    gram = left.transpose(1, 2) @ left
+    half = right.detach().half()
+    assert ((half * (gram.half() @ half)).sum(1) == 0).any()  # the squares do underflow in fp16
+
+    def grads(dtype):
+        with torch.autocast('cpu', dtype=dtype or torch.float32, enabled=dtype is not None):
+            # the factors as autocast's matrix products return them: in fp16
+            cast = (lambda t: t.to(dtype)) if dtype else (lambda t: t)
+            out = layer.apply_factors(x, cast(left), cast(right), cast(gram))
+        return torch.autograd.grad(out.float().square().sum(), (x, right, layer.w, layer.b))
+    reference, mixed = grads(None), grads(torch.float16)
+    u = torch.finfo(torch.float16).eps / 2
+    for g, r in zip(mixed, reference):
+        assert torch.isfinite(g).all()
+        assert (g - r).norm() < 12 * u * r.norm()
+
+
+def test_gram_column_norms_are_those_of_dw_in_fp32_under_fp16_autocast():
+    """From fp16 factors whose fp16 squares underflow (the old fp16 evaluation gave every norm 0): the norms in fp32,
+    within fp16's rounding of the factors, and a zero column's norm 0 with gradient 0."""
+    from mmwf.models.layers.dynamic_linear import gram_column_norms
+    left, right = torch.randn(1, CIN, 4) * 1e-2, torch.randn(B, 4, COUT) * 1e-3
+    gram = left.transpose(1, 2) @ left
+    expected = torch.linalg.vector_norm(left.double() @ right.double(), dim=1, keepdim=True)
+    with torch.autocast('cpu', dtype=torch.float16):
+        norms = gram_column_norms(gram.half(), right.half())
+    assert norms.dtype == torch.float32
+    assert torch.allclose(norms.double(), expected, rtol=8 * torch.finfo(torch.float16).eps / 2)
+    right = right.clone()
+    right[:, :, 3] = 0
+    right.requires_grad_()
+    (grad,) = torch.autograd.grad(gram_column_norms(gram, right).sum(), right)
+    assert torch.isfinite(grad).all() and (grad[:, :, 3] == 0).all()
+
+
 def unit_clip(dw):
     return dw / (dw.flatten(2).norm(dim=-1)[..., None, None] + 1)
 

@@ -54,3 +54,28 @@ def test_keeps_one_hidden_tensor_fewer():
     ours = saved_bytes(lambda: gelu_linear(h, linear, 'tanh'))
     plain = saved_bytes(lambda: linear(torch.nn.functional.gelu(h, approximate='tanh')))
     assert ours == hidden and plain >= 2 * hidden
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16], ids=['bf16', 'fp16'])
+@pytest.mark.parametrize('approximate', ['none', 'tanh'])
+def test_autocast_backward_matches_autograd_of_the_same_autocast_pass(approximate, dtype):
+    """Under autocast (CPU here; CUDA takes the same casts) the recomputing backward gives autograd's gradients of
+    linear(GELU(h)) under the same autocast, in the dtypes autograd gives them (the parameters' and h's), to one
+    rounding of the low precision; and both are within a few of its roundings of fp32's."""
+    linear = torch.nn.Linear(64, 32)
+    h = torch.randn(4, 9, 64, requires_grad=True)
+    weights = torch.randn(4, 9, 32)
+
+    def grads(fn, autocast):
+        with torch.autocast('cpu', dtype=dtype, enabled=autocast):
+            out = fn()
+        return out, torch.autograd.grad((out.float() * weights).sum(), (h, *linear.parameters()))
+    out, ours = grads(lambda: gelu_linear(h, linear, approximate), True)
+    ref_out, theirs = grads(lambda: linear(torch.nn.functional.gelu(h, approximate=approximate)), True)
+    _, exact = grads(lambda: linear(torch.nn.functional.gelu(h, approximate=approximate)), False)
+    u = torch.finfo(dtype).eps / 2
+    assert out.dtype == ref_out.dtype == dtype and torch.equal(out, ref_out)
+    for g, r, e, leaf in zip(ours, theirs, exact, (h, *linear.parameters())):
+        assert g.dtype == r.dtype == leaf.dtype
+        assert (g - r).norm() <= 2 * u * r.norm()
+        assert (g - e).norm() <= 8 * u * e.norm()

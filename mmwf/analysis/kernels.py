@@ -1,0 +1,101 @@
+"""The evaluations of a dynamic block's operations timed against each other on one device, beside the one the kernel
+table and the cost rule pick (``tools/analysis/benchmark.py --bench kernels``): the per-sample depthwise conv
+(:func:`~mmwf.models.layers.dynamic_dwconv.per_sample_depthwise_conv`'s four), the adaptive pooling of its
+predictor (PyTorch's op or two averaging matrices) and the Bilateral dynamic linear's update (factored or
+materialized, each in the tokens' or the core's order: :func:`~mmwf.models.layers.dynamic_linear.weight_form`,
+whose per-element charge was measured on CPU cores). Each evaluation is called directly, so nothing global is
+changed to force one."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mmwf.models.layers.dynamic_dwconv import adaptive_pool_kernel, per_sample_depthwise_conv, pooling_matrices
+from mmwf.models.layers.dynamic_linear import weight_form
+from mmwf.models.layers.implementation import kernel
+from mmwf.models.layers.tokens import tokens_to_map
+
+MODES = ('inference', 'training')
+
+
+def first_dynamic_block(arch: str) -> nn.Module:
+    """The first dynamic block of WeightFormer ``arch`` (``'t'``, ``'s'``, ...): its ``dwc`` (Adaptive) and
+    ``linear1`` (Bilateral) are the layers timed."""
+    from mmwf.models.backbones import WeightFormer
+    model = WeightFormer(arch)
+    return next(b for b in model.blocks if not isinstance(b.norm1, nn.Identity))
+
+
+class Case:
+    """One operation at one shape and mode: its evaluations by name (each a call that runs it, with its backward in
+    training) and the name the rule picks there.
+
+    Args:
+        operation (str): what is computed.
+        evaluations (dict[str, Callable]): name -> a call computing it that way.
+        rule (str): the evaluation the kernel table / cost rule takes for this shape, device and mode.
+    """
+
+    def __init__(self, operation: str, evaluations: dict[str, Callable[[], object]], rule: str) -> None:
+        self.operation, self.evaluations, self.rule = operation, evaluations, rule
+
+
+def timed(fn: Callable[[], torch.Tensor], leaves: list[torch.Tensor], training: bool) -> Callable[[], object]:
+    """``fn`` under no_grad (inference), or with the backward of its sum to ``leaves`` (training)."""
+    if not training:
+        def call() -> object:
+            with torch.no_grad():
+                return fn()
+        return call
+
+    def call() -> object:
+        return torch.autograd.grad(fn().float().sum(), leaves)
+    return call
+
+
+def kernel_cases(arch: str, size: int, batch: int, device: str, mode: str) -> list[Case]:
+    """The cases of WeightFormer ``arch``'s first dynamic block at ``size`` x ``size`` images (patch 16), batch
+    ``batch``, in ``mode`` (``'inference'`` or ``'training'``: forward and backward)."""
+    if mode not in MODES:
+        raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
+    training = mode == 'training'
+    block = first_dynamic_block(arch).to(device).train(training)
+    dwc, linear = block.dwc, block.linear1
+    hw = (size // 16, size // 16)
+    tokens = torch.randn(batch, hw[0] * hw[1], dwc.dim, device=device, requires_grad=training)
+    x = tokens_to_map(tokens, hw)  # the channels-last view the layer convolves
+    with torch.no_grad():
+        weight = dwc.w.squeeze(1) + dwc.normalise(dwc.delta(x))
+    weight.requires_grad_(training)
+    leaves = [tokens, weight] if training else []
+    device_type = torch.device(device)
+    conv = {impl: timed(lambda impl=impl: per_sample_depthwise_conv(x, weight, dwc.b, impl), leaves, training)
+            for impl in ('loop', 'grouped', 'taps', 'shift')}
+    cases = [Case(f'per-sample depthwise conv {dwc.kernel_size}x{dwc.kernel_size}, C={dwc.dim}', conv,
+                  kernel('depthwise_conv', device_type, training))]
+    k = dwc.kernel_size
+    pool = {'native': timed(lambda: F.adaptive_avg_pool2d(x, k), [tokens] if training else [], training),
+            'matrices': timed(lambda: pooling_matrices(x, k), [tokens] if training else [], training)}
+    with torch.set_grad_enabled(training):
+        pool_rule = adaptive_pool_kernel(x)
+    cases.append(Case(f'adaptive pooling to {k}x{k}', pool, pool_rule))
+    a, b = linear.predict(tokens, hw)
+    a, b = a.detach().requires_grad_(training), b.detach().requires_grad_(training)
+    leaves = [tokens, a, b] if training else []
+    update = {}
+    for form in ('factored', 'materialized'):
+        for order in ('tokens', 'core'):
+            if form == 'factored':
+                def fn(order=order) -> torch.Tensor:
+                    return linear.apply_factors(tokens, *linear.factors(a, b, order))
+            else:
+                def fn(order=order) -> torch.Tensor:
+                    return linear.apply_update(tokens, linear.product(a, b, order))
+            update[f'{form} / {order}'] = timed(fn, leaves, training)
+    costs = linear.costs(a.shape[1], tokens.shape[1])
+    form, order = weight_form(costs, linear.order, linear.in_features * linear.out_features, training)
+    cases.append(Case(f'Bilateral update, {linear.in_features}->{linear.out_features}', update, f'{form} / {order}'))
+    return cases

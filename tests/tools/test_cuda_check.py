@@ -1,0 +1,63 @@
+"""tools/cuda_check.sh --dry-run: every step of the prepared CUDA run at tiny sizes on the CPU, the CUDA-only steps
+skipped with their reason, and the results file written."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = ['cuda-tests', 'table3', 'table3-unfused', 'train-imagenet', 'train-cascade', 'train-upernet',
+         'train-wf-dit-bf16', 'train-wf-dit-fp16', 'generation', 'kernels', 'profile', 'engine-split', 'onnx-fp32',
+         'onnx-fp16', 'nccl']
+CUDA_ONLY = ['onnx-fp32', 'onnx-fp16', 'nccl']  # ONNX Runtime's CUDA provider, NCCL
+
+
+@pytest.fixture(scope='module')
+def dry_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp('cuda_check')
+    proc = subprocess.run(['bash', 'tools/cuda_check.sh', '--dry-run', '--out', str(out)], cwd=ROOT,
+                          env=dict(os.environ, PYTHON=sys.executable), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, json.loads((out / 'results.json').read_text())
+
+
+@pytest.mark.slow
+def test_dry_run_runs_every_step_and_skips_the_cuda_ones_with_a_reason(dry_run):
+    out, report = dry_run
+    steps = {s['name']: s for s in report['steps']}
+    assert list(steps) == STEPS and report['dry_run'] is True
+    for name in CUDA_ONLY:
+        assert steps[name]['status'] == 'skipped' and 'dry run: needs' in steps[name]['reason'], name
+    for name in [n for n in STEPS if n not in CUDA_ONLY]:
+        assert steps[name]['status'] == 'passed', (name, steps[name].get('reason'), steps[name].get('output_tail'))
+        assert steps[name]['tables'] or name == 'cuda-tests', name  # each tool printed its table
+    # the CUDA tests ran and were skipped for the want of a device, each named
+    assert len(report['tests']) > 20
+    assert all(t['outcome'] == 'skipped' and 'CUDA' in t['message'] for t in report['tests'])
+    markdown = (out / 'results.md').read_text()
+    assert all(f'| {name} |' in markdown for name in STEPS)
+    assert 'mmengine' in markdown and (out / 'log.txt').stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_dry_run_tables_are_the_tools_own(dry_run):
+    """The tables carry what each tool measured: the kernel table names the rule's pick among the evaluations timed,
+    the profile's step is in milliseconds of the CPU here, and the paper's claims come from the metafile."""
+    _, report = dry_run
+    steps = {s['name']: s for s in report['steps']}
+    kernels = steps['kernels']['tables'][0]
+    rows = [dict(zip(kernels['columns'], row)) for row in kernels['rows']]
+    assert {r['mode'] for r in rows} == {'inference', 'training'}
+    for row in rows:
+        assert row['rule picks'] in row['ms by evaluation'] and row['fastest'] in row['ms by evaluation']
+    conv = next(r for r in rows if r['operation'].startswith('per-sample') and r['mode'] == 'inference')
+    assert conv['rule picks'] == 'loop'  # the CPU's eager inference entry of the kernel table
+    claims = {c['claim']: c for c in report['paper']}
+    assert claims['WF-T / deit-t throughput at 224']['paper'] == pytest.approx(3515 / 3661)
+    assert claims['WF-T / deit-t throughput at 1248']['paper'] == 7.7
+    assert claims['peak memory WF-T saves against deit-t at 1248 (%)']['paper'] == 91
+    assert report['environment']['torch'] == torch.__version__

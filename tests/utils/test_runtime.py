@@ -1,0 +1,35 @@
+"""The tools' distributed start (``init_tool_distributed``): each process takes the GPU of its local rank before
+the process group starts, as mmengine's ``init_dist`` does."""
+import json
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from mmwf.utils import init_tool_distributed
+from tests.engine.two_ranks import run_two_ranks
+
+
+def test_each_process_takes_its_gpu_before_joining_nccl(monkeypatch):
+    """NCCL puts a rank on the current device: the device is set first (recorded with stand-ins for torch's calls;
+    the order is the fault a first multi-GPU run hit, every rank on GPU 0)."""
+    calls = []
+    monkeypatch.setenv('LOCAL_RANK', '3')
+    monkeypatch.setattr(torch.cuda, 'set_device', lambda device: calls.append(('set_device', device)))
+    monkeypatch.setattr(dist, 'init_process_group', lambda backend: calls.append(('init_process_group', backend)))
+    monkeypatch.setattr(dist, 'get_rank', lambda: 3)
+    monkeypatch.setattr(dist, 'get_world_size', lambda: 4)
+    assert init_tool_distributed('pytorch', 'cuda') == (3, 4, 'cuda:3')
+    assert calls == [('set_device', 'cuda:3'), ('init_process_group', 'nccl')]
+    assert init_tool_distributed('none', 'cuda') == (0, 1, 'cuda')
+    with pytest.raises(ValueError, match='slurm'):
+        init_tool_distributed('slurm', 'cuda')
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_take_their_local_ranks_device(tmp_path):
+    res = run_two_ranks('tests.utils.launched_device_run', tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    seen = [json.loads((res.out / f'rank{r}.json').read_text()) for r in (0, 1)]
+    for rank, s in enumerate(seen):
+        assert s == dict(rank=rank, world_size=2, device='cpu', backend='gloo', gpu=f'cuda:{rank}', local_rank=rank)

@@ -1,0 +1,349 @@
+"""The CUDA checks in one prepared run of at most about ten minutes on one GPU, each step a tool of this folder or
+the CUDA tests, results written to ``--out``: ``results.json`` (every step's status, time, command and tables; the
+tests one by one; the paper's GPU claims beside what was measured), ``results.md`` (the same as tables), ``log.txt``
+(every step's whole output) and the plots. Started by ``bash tools/cuda_check.sh``, which installs what a machine
+with torch and timm lacks; a step whose need is missing (a CUDA device, two of them, ONNX Runtime's CUDA provider)
+is skipped with the reason, and a step that fails or runs out of time does not stop the others.
+
+    bash tools/cuda_check.sh --out work_dirs/cuda_check                 # on a GPU machine
+    bash tools/cuda_check.sh --dry-run --out /tmp/cuda_check            # every step at tiny sizes on the CPU
+
+The steps, most important first (``--budget`` seconds in all; a step not started in time is skipped):
+the CUDA tests; WF-T against DeiT-T throughput and peak memory at 224, 1024 and 1248 (Table 3, Section 5.5), DeiT-T
+with fused (timm's default) and unfused attention; one mixed-precision training step per family at the configs'
+per-GPU batch (ImageNet, Cascade and UperNet backbones with their pyramid, WF-DiT B/2 in bf16 and fp16); the
+generation benchmark at Table 7's per-GPU batch; the dynamic layers' kernel choices timed; the generation step's
+profile by kernel; one block's token mixer against its channel mixer; ONNX Runtime's CUDA provider; NCCL on two
+GPUs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import os.path as osp
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+TOOLS = osp.join(ROOT, 'tools', 'analysis')
+TABLE3 = dict(sizes=[224, 1024, 1248], batch={224: 64, 1024: 8, 1248: 8})
+
+
+@dataclass
+class Step:
+    """One check: ``argv`` run from the repository root with ``env`` added, at most ``timeout`` seconds; skipped
+    when ``need()`` returns a reason."""
+    name: str
+    what: str
+    argv: list[str]
+    timeout: float
+    need: Callable[[], str | None] = lambda: None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def tool(script: str, *args: object) -> list[str]:
+    return [sys.executable, osp.join(TOOLS, script), *map(str, args)]
+
+
+def cuda_devices() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def need_gpus(count: int, dry_run: bool) -> Callable[[], str | None]:
+    def need() -> str | None:
+        if dry_run:
+            return f'dry run: needs {count} CUDA device{"s" * (count > 1)}'
+        found = cuda_devices()
+        return None if found >= count else f'needs {count} CUDA device{"s" * (count > 1)}, found {found}'
+    return need
+
+
+def need_onnx(provider: str) -> Callable[[], str | None]:
+    def need() -> str | None:
+        try:
+            import onnxruntime
+            import onnxscript  # noqa: F401  (the exporter's dependency)
+        except ImportError as err:
+            return f'{err.name} is not installed (requirements/deploy.txt; onnxruntime-gpu for CUDA)'
+        if provider not in onnxruntime.get_available_providers():
+            return (f'ONNX Runtime {onnxruntime.__version__} here has no {provider} (providers: '
+                    f'{", ".join(onnxruntime.get_available_providers())}; install onnxruntime-gpu)')
+        return None
+    return need
+
+
+def steps(out: str, dry_run: bool) -> list[Step]:
+    """The run's steps in order; ``dry_run``: each at tiny sizes on the CPU."""
+    dev = 'cpu' if dry_run else 'cuda'
+    sizes = [64] if dry_run else TABLE3['sizes']
+    batch = [f'{s}:{2 if dry_run else TABLE3["batch"][s]}' for s in sizes]
+    rounds = ['--rounds', 1] if dry_run else ['--rounds', 5]
+    table3 = ['--sizes', *sizes, '--batch', *batch, *rounds, '--iters', 1 if dry_run else 5, '--device', dev,
+              *(['--no-memory'] if dry_run else [])]
+    cls_batch, cls_size = (2, 32) if dry_run else (256, 224)
+    dense = {'cascade': (1, 64) if dry_run else (4, 1024), 'upernet': (1, 64) if dry_run else (8, 512)}
+    gen = ['--sizes', 8 if dry_run else 32, '--batch', 2 if dry_run else 32, '--device', dev, *rounds]
+    gen_no_memory = ['--no-memory'] if dry_run else []
+    dit = 'S/2' if dry_run else 'B/2'
+    return [
+        Step('cuda-tests', 'tests/test_cuda.py (pytest -m cuda)',
+             [sys.executable, '-m', 'pytest', '-m', 'cuda', 'tests/test_cuda.py', '-p', 'no:cacheprovider', '-q',
+              '-rA', '--junitxml', osp.join(out, 'cuda_tests.xml')], 180),
+        Step('table3', 'WF-T vs DeiT-T (timm, fused attention): throughput and peak memory',
+             tool('benchmark.py', '--models', 'wf-t', 'deit-t', *table3, '--plot', osp.join(out, 'benchmark.png')),
+             90),
+        Step('table3-unfused', 'DeiT-T with unfused attention (TIMM_FUSED_ATTN=0), as DeiT computed it',
+             tool('benchmark.py', '--models', 'deit-t', *table3), 90, env=dict(TIMM_FUSED_ATTN='0')),
+        Step('train-imagenet', f'ImageNet classifier training step, batch {cls_batch} at {cls_size}, AMP',
+             tool('train_step_benchmark.py', '--part', 'classifier', '--batch', cls_batch, '--size', cls_size,
+                  '--amp', '--device', dev, *rounds, '--iters', 1 if dry_run else 3), 60),
+        *[Step(f'train-{family}', f'{family} backbone + SimpleFeaturePyramid training step, batch {b} at {s}, AMP',
+               tool('train_step_benchmark.py', '--part', 'backbone+pyramid', '--batch', b, '--size', s, '--amp',
+                    '--device', dev, *rounds, '--iters', 1 if dry_run else 3), 60)
+          for family, (b, s) in dense.items()],
+        *[Step(f'train-wf-dit-{amp}', f'WF-DiT vs DiT {dit} training step, {amp} autocast (the *_{amp} configs)',
+               tool('generation_benchmark.py', '--archs', dit, '--modes', 'train',
+                    '--amp', amp, *gen, *gen_no_memory), 60)
+          for amp in ('bf16', 'fp16')],
+        Step('generation', f"WF-DiT vs DiT, S/2{'' if dry_run else ' and B/2'}, fp32 training and sampling steps at "
+             "Table 7's per-GPU batch",
+             tool('generation_benchmark.py', '--archs', 'S/2', *([] if dry_run else ['B/2']), '--modes', 'train',
+                  'sample', *gen, *gen_no_memory), 90),
+        Step('kernels', "the dynamic layers' evaluations timed, and the rule's pick",
+             tool('benchmark.py', '--bench', 'kernels', '--models', 'wf-t', '--sizes', *sizes, '--batch', *batch,
+                  *rounds, '--device', dev), 90),
+        Step('profile', 'WF-DiT vs DiT S/2 training step by phase and operator group',
+             tool('generation_benchmark.py', '--profile', '--archs', 'S/2', '--modes', 'train', *gen), 60),
+        Step('engine-split', "one block's token mixer against its channel mixer",
+             tool('engine_split.py', '--device', dev, *rounds, '--plot', osp.join(out, 'engine_split.png'),
+                  *(['--models', 'deit-t', 'wf-t', '--sizes', 64] if dry_run else [])), 90),
+        *[Step(f'onnx-{precision}', f"ONNX Runtime's CUDA execution provider against eager PyTorch, {precision}",
+               tool('onnx_benchmark.py', '--device', 'cuda', '--models', 'wf-t', 'deit-t', '--sizes', 224, 1024,
+                    *rounds, *(['--fp16'] if precision == 'fp16' else [])), 90,
+               need_gpus(1, dry_run) if dry_run else need_onnx('CUDAExecutionProvider'))
+          for precision in ('fp32', 'fp16')],
+        Step('nccl', "two ranks under NCCL: the generation configs' per-rank seeds, TF32 and DDP",
+             [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '-m',
+              'tests.engine.world_size_run', osp.join(out, 'nccl'), 'configs/generation/wf_dit_s_2_in256.py',
+              'configs/generation/dit_s_2_in256.py'], 120, need_gpus(2, dry_run)),
+    ]
+
+
+def markdown_tables(text: str) -> list[dict]:
+    """Every markdown table in ``text``: ``{'title': ..., 'columns': [...], 'rows': [[...], ...]}``, the title
+    the line just above the table (the tools print one there when they print several tables), else empty."""
+    tables, lines = [], text.splitlines()
+    for i in range(len(lines) - 1):
+        header, rule = lines[i].strip(), lines[i + 1].strip()
+        if header.startswith('|') and rule.startswith('|---'):
+            above = lines[i - 1].strip() if i else ''
+            rows = []
+            for line in lines[i + 2:]:
+                if not line.strip().startswith('|'):
+                    break
+                rows.append([cell.strip() for cell in line.strip().strip('|').split('|')])
+            tables.append(dict(title='' if above.startswith('|') else above,
+                               columns=[c.strip() for c in header.strip('|').split('|')], rows=rows))
+    return tables
+
+
+def junit_tests(path: str) -> list[dict]:
+    """The test cases of a pytest JUnit XML file: name, outcome, seconds and the message of a failure or skip."""
+    if not osp.isfile(path):
+        return []
+    tests = []
+    for case in ET.parse(path).getroot().iter('testcase'):
+        outcome, message = 'passed', ''
+        for tag in ('failure', 'error', 'skipped'):
+            node = case.find(tag)
+            if node is not None:
+                outcome, message = tag, node.get('message', '')
+        tests.append(dict(name=case.get('name'), outcome=outcome, seconds=float(case.get('time', 0)),
+                          message=message[:500]))
+    return tests
+
+
+def nccl_table(folder: str) -> dict:
+    """The ``nccl`` step's two ranks side by side: per config, each rank's backend, seed (the configs' rule: seed 5
+    x world size + rank), first draw and TF32 flag during the run, and whether the parameters agree across ranks."""
+    ranks = []
+    for rank in (0, 1):
+        with open(osp.join(folder, f'rank{rank}.json')) as f:
+            ranks.append(json.load(f))
+    rows = []
+    for config in ranks[0]:
+        same = ranks[0][config]['params'] == ranks[1][config]['params']
+        for rank, seen in enumerate(ranks):
+            row = seen[config]
+            rows.append([config, row['backend'], str(rank), str(row['seed']), f'{row["draws"][0]:.6f}',
+                         str(row['tf32']), str(same)])
+    return dict(title='', columns=['config', 'backend', 'rank', 'seed', 'first draw', 'TF32 in the run',
+                         'parameters equal across ranks'], rows=rows)
+
+
+def run_step(step: Step, timeout: float, log) -> dict:
+    """Run one step; its output goes to ``log``, its result (status, seconds, tables) is returned."""
+    result = dict(name=step.name, what=step.what, command=' '.join(step.argv), env=step.env)
+    reason = step.need()
+    if reason:
+        return dict(result, status='skipped', reason=reason, seconds=0.0, tables=[])
+    log.write(f'\n===== {step.name}: {result["command"]}\n')
+    log.flush()
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(step.argv, cwd=ROOT, env={**os.environ, 'PYTHONUNBUFFERED': '1', **step.env},
+                              capture_output=True, text=True, timeout=timeout)
+        output, status = proc.stdout + proc.stderr, 'passed' if proc.returncode == 0 else 'failed'
+        reason = '' if proc.returncode == 0 else f'exit status {proc.returncode}'
+    except subprocess.TimeoutExpired as err:
+        output = (err.stdout or b'').decode(errors='replace') + (err.stderr or b'').decode(errors='replace')
+        status, reason = 'failed', f'stopped after {timeout:.0f} s (its time limit)'
+    log.write(output)
+    log.flush()
+    tables = markdown_tables(output)
+    if step.name == 'nccl' and status == 'passed':
+        tables.append(nccl_table(step.argv[-3]))
+    return dict(result, status=status, reason=reason, seconds=round(time.perf_counter() - start, 1),
+                tables=tables, output_tail=output[-3000:])
+
+
+def environment() -> dict:
+    import timm
+    env = dict(python=sys.version.split()[0], torch=torch.__version__, timm=timm.__version__,
+               cuda=torch.version.cuda, cuda_devices=cuda_devices())
+    if env['cuda_devices']:
+        capability = '.'.join(map(str, torch.cuda.get_device_capability(0)))
+        env.update(device=torch.cuda.get_device_name(0), capability=capability, cudnn=torch.backends.cudnn.version())
+    try:
+        import mmengine
+        env['mmengine'] = mmengine.__version__
+    except ImportError:
+        env['mmengine'] = None
+    return env
+
+
+def cell(row: dict, column: str) -> float | None:
+    try:
+        return float(row[column].rstrip('x'))
+    except (KeyError, ValueError):
+        return None
+
+
+def paper_comparison(results: list[dict]) -> list[dict]:
+    """The paper's GPU claims (Table 3 and Section 5.5, from the metafiles) beside the ratios measured by the
+    ``table3`` steps: WF-T over DeiT-T throughput at each size, and the peak memory WF-T saves at 1248."""
+    from mmwf.configs import metafile_models
+    models = metafile_models()
+    paper = {name: models[config]['Results'][0]['Metrics'] for name, config in
+             (('wf-t', 'weightformer_t_in1k'), ('deit-t', 'deit_t_softmax_in1k'))}
+    rows = {}
+    for result in results:
+        if result['name'].startswith('table3') and result['tables']:
+            table = result['tables'][0]
+            suffix = ' (unfused)' if result['name'] == 'table3-unfused' else ''
+            for values in table['rows']:
+                row = dict(zip(table['columns'], values))
+                rows[(row['model'] + ('' if row['model'] == 'wf-t' else suffix), int(row['input']))] = row
+    claims = []
+    for size in TABLE3['sizes']:
+        wf, deit = (paper[m].get(f'Throughput {size} (img/s)') for m in ('wf-t', 'deit-t'))
+        claim = (wf / deit if wf and deit else
+                 paper['wf-t'].get(f'Throughput vs DeiT-T at {size} (x)'))
+        for deit_name in ('deit-t', 'deit-t (unfused)'):
+            ours, theirs = rows.get(('wf-t', size)), rows.get((deit_name, size))
+            measured = (cell(ours, 'img/s') / cell(theirs, 'img/s')
+                        if ours and theirs and cell(theirs, 'img/s') else None)
+            claims.append(dict(claim=f'WF-T / {deit_name} throughput at {size}', paper=claim, measured=measured))
+    saving = paper['wf-t'].get('Memory saved vs DeiT-T at 1248 (%)')
+    for deit_name in ('deit-t', 'deit-t (unfused)'):
+        ours, theirs = rows.get(('wf-t', 1248)), rows.get((deit_name, 1248))
+        measured = (100 * (1 - cell(ours, 'peak MB') / cell(theirs, 'peak MB'))
+                    if ours and theirs and cell(ours, 'peak MB') and cell(theirs, 'peak MB') else None)
+        claims.append(dict(claim=f'peak memory WF-T saves against {deit_name} at 1248 (%)', paper=saving,
+                           measured=measured))
+    return claims
+
+
+def number(value: float | None, digits: int = 2) -> str:
+    return '-' if value is None else f'{value:.{digits}f}'
+
+
+def markdown(report: dict) -> str:
+    env = report['environment']
+    lines = [f'# CUDA check{" (dry run)" if report["dry_run"] else ""}', '',
+             f'{env.get("device", "no CUDA device")}, torch {env["torch"]} (CUDA {env["cuda"]}), timm {env["timm"]}, '
+             f'mmengine {env["mmengine"]}, Python {env["python"]}; {report["started"]}, '
+             f'{report["seconds"]:.0f} s in all.',
+             '', '| step | what | status | s |', '|---|---|---|---|']
+    for step in report['steps']:
+        status = step['status'] + (f': {step["reason"]}' if step.get('reason') else '')
+        lines.append(f'| {step["name"]} | {step["what"]} | {status} | {step["seconds"]:.0f} |')
+    lines += ['', '## Against the paper', '', '| claim | paper | measured |', '|---|---|---|']
+    lines += [f'| {c["claim"]} | {number(c["paper"])} | {number(c["measured"])} |' for c in report['paper']]
+    failed = [t for t in report['tests'] if t['outcome'] in ('failure', 'error')]
+    outcomes = {o: sum(t['outcome'] == o for t in report['tests']) for o in ('passed', 'failure', 'error', 'skipped')}
+    lines += ['', '## CUDA tests', '', ', '.join(f'{n} {o}' for o, n in outcomes.items())]
+    lines += [f'- {t["name"]}: {t["outcome"]}: {t["message"]}' for t in failed]
+    for step in report['steps']:
+        if step['tables']:
+            lines += ['', f'## {step["name"]}', '', f'`{step["command"].replace(ROOT + "/", "")}`']
+            for table in step['tables']:
+                lines += ['', *([table['title'], ''] if table['title'] else []),
+                          '| ' + ' | '.join(table['columns']) + ' |', '|---' * len(table['columns']) + '|']
+                lines += ['| ' + ' | '.join(row) + ' |' for row in table['rows']]
+    return '\n'.join(lines) + '\n'
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--out', default='work_dirs/cuda_check', help='folder for the results. Defaults to '
+                        'work_dirs/cuda_check')
+    parser.add_argument('--dry-run', action='store_true', help='every step at tiny sizes on the CPU')
+    parser.add_argument('--budget', type=float, default=480, help='seconds for all steps; a step is not started '
+                        'with less than 20 s left. Defaults to 480')
+    parser.add_argument('--steps', nargs='+', help='only these steps (names as in results.md)')
+    args = parser.parse_args()
+    out = osp.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    for stale in ('cuda_tests.xml', 'benchmark.png', 'engine_split.png', 'results.json', 'results.md'):
+        if osp.isfile(osp.join(out, stale)):
+            os.remove(osp.join(out, stale))
+    plan = steps(out, args.dry_run)
+    unknown = set(args.steps or []) - {s.name for s in plan}
+    if unknown:
+        raise SystemExit(f'error: no step named {", ".join(sorted(unknown))}; the steps: '
+                         f'{", ".join(s.name for s in plan)}')
+    started, clock = time.strftime('%Y-%m-%d %H:%M:%S %Z'), time.perf_counter()
+    results = []
+    with open(osp.join(out, 'log.txt'), 'w') as log:
+        for step in plan:
+            if args.steps and step.name not in args.steps:
+                continue
+            left = args.budget - (time.perf_counter() - clock)
+            if left < 20:
+                results.append(dict(name=step.name, what=step.what, command=' '.join(step.argv), status='skipped',
+                                    reason=f'out of the run\'s {args.budget:.0f} s', seconds=0.0, tables=[]))
+            else:
+                results.append(run_step(step, min(step.timeout, left), log))
+            last = results[-1]
+            print(f'{last["name"]}: {last["status"]}{" (" + last["reason"] + ")" if last.get("reason") else ""}, '
+                  f'{last["seconds"]:.0f} s', flush=True)
+    report = dict(started=started, seconds=time.perf_counter() - clock, dry_run=args.dry_run,
+                  environment=environment(), steps=results,
+                  tests=junit_tests(osp.join(out, 'cuda_tests.xml')), paper=paper_comparison(results))
+    with open(osp.join(out, 'results.json'), 'w') as f:
+        json.dump(report, f, indent=1)
+    with open(osp.join(out, 'results.md'), 'w') as f:
+        f.write(markdown(report))
+    print(f'wrote {osp.join(out, "results.md")} and results.json')
+
+
+if __name__ == '__main__':
+    main()
