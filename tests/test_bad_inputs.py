@@ -365,6 +365,10 @@ CASES = [
         optimizer=dict(type='AdamW', lr=0.01), paramwise_cfg=dict(bias_lr_mult=2.0))), CheckpointMismatchError,
      ["cannot resume from", 'iter_3.pth', 'its optimizer state does not fit the parameters of this config',
       '1 parameter groups in the checkpoint vs 2 here', 'load_from=PATH (no --resume)']),
+    ('resume from a weights-only checkpoint', lambda t: toy_load(t, checkpoint=saved(
+        t, {'linear.weight': torch.ones(1, 4), 'linear.bias': torch.ones(1)}, 'weights.pth'), resume=True),
+     CheckpointError, ['weights.pth', 'it is not a resume point: it lacks the optimizer, message hub state',
+                       'best checkpoint', 'iter_N.pth', 'load_from=PATH (no --resume)']),
     ('explicit resume of a damaged checkpoint', lambda t: toy_load(t, checkpoint=truncated(t), resume=True),
      CheckpointError, ['half.pth', 'zip archive is truncated or damaged']),
     ('distiller checkpoint as a test checkpoint', lambda t: toy_load(t, checkpoint=saved(

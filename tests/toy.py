@@ -5,6 +5,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 from mmengine.config import Config
+from mmengine.evaluator import BaseMetric
 from mmengine.model import BaseModel
 from mmengine.runner import Runner
 
@@ -48,9 +49,21 @@ def make_runner(work_dir, max_iters, runner_cls=Runner, model=None, interval=3, 
         model=model or ToyModel(), work_dir=str(work_dir),
         train_dataloader=dict(dataset=ToyData(), sampler=dict(type='DefaultSampler', shuffle=True),
                               batch_size=4, num_workers=0, collate_fn=dict(type='default_collate')),
-        train_cfg=dict(by_epoch=False, max_iters=max_iters),
-        default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=interval, by_epoch=False),
-                           logger=dict(type='LoggerHook', interval=1), **(MMWF_HOOKS if mmwf_hooks else {}),
-                           **(hooks or {})),
+        default_hooks={'checkpoint': dict(type='CheckpointHook', interval=interval, by_epoch=False),
+                       'logger': dict(type='LoggerHook', interval=1), **(MMWF_HOOKS if mmwf_hooks else {}),
+                       **(hooks or {})},
         default_scope='mmengine', experiment_name=f'toy_{uuid.uuid4().hex[:8]}',
-        **{'optim_wrapper': dict(optimizer=dict(type='AdamW', lr=0.01)), 'randomness': dict(seed=0), **kwargs})
+        **{'optim_wrapper': dict(optimizer=dict(type='AdamW', lr=0.01)), 'randomness': dict(seed=0),
+           'train_cfg': dict(by_epoch=False, max_iters=max_iters), **kwargs})
+
+
+
+class ToyMetric(BaseMetric):
+    """A validation metric of the toy model, ``score`` = -MSE (higher is better), for best checkpoints."""
+
+    def process(self, data_batch, data_samples):
+        out = torch.stack(list(data_samples))
+        self.results.append(((out - data_batch['data_samples']) ** 2).mean().item())
+
+    def compute_metrics(self, results):
+        return dict(score=-sum(results) / len(results))

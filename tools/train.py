@@ -33,7 +33,7 @@ def main() -> None:
     cfg = load_tool_config(args)
     notes, scaled = [], []
     if args.resume == 'auto':
-        path, notes = resume_checkpoint(cfg.work_dir)
+        path, notes = resume_checkpoint(cfg.work_dir, schedulers=cfg.get('param_scheduler') is not None)
         cfg.resume, cfg.load_from = path is not None, path
     elif args.resume:
         cfg.resume, cfg.load_from = True, args.resume

@@ -53,7 +53,7 @@ def damage(path, how):
 def test_resume_takes_the_current_run_not_a_newer_file_of_an_earlier_one(tmp_path):
     make_runner(tmp_path, 4, interval=2).train()  # an earlier run: iter_2, iter_4
     make_runner(tmp_path, 2, interval=1).train()  # a fresh run in the same folder: iter_1, iter_2
-    path, notes = resume_checkpoint(str(tmp_path))
+    path, notes = resume_checkpoint(str(tmp_path), schedulers=False)
     assert path == str(tmp_path / 'iter_2.pth') and notes == []
     runner = make_runner(tmp_path, 3, interval=1, load_from=path, resume=True)
     runner.train()
@@ -68,7 +68,7 @@ def test_a_damaged_last_checkpoint_falls_back_within_its_run(tmp_path, how):
     earlier_run = torch.load(tmp_path / 'iter_4.pth', weights_only=True)['meta']['run_id']
     assert fresh_run != earlier_run
     damage(tmp_path / 'iter_2.pth', how)
-    path, notes = resume_checkpoint(str(tmp_path))
+    path, notes = resume_checkpoint(str(tmp_path), schedulers=False)
     assert path == str(tmp_path / 'iter_1.pth')  # not the earlier run's complete, higher iter_4
     assert notes[0].startswith(f'cannot resume from {tmp_path / "iter_2.pth"}: ')
     runner = make_runner(tmp_path, 3, interval=1, load_from=path, resume=True)
@@ -80,8 +80,8 @@ def test_no_fallback_outside_the_run(tmp_path):
     make_runner(tmp_path, 2, interval=2).train()  # an earlier run: iter_2
     make_runner(tmp_path, 1, interval=1).train()  # the current run: iter_1 only
     damage(tmp_path / 'iter_1.pth', 'truncated')
-    with pytest.raises(CheckpointError, match='no other complete checkpoint of that run is left .*iter_2.pth'):
-        resume_checkpoint(str(tmp_path))
+    with pytest.raises(CheckpointError, match='no other complete resume point of that run is left .*iter_2.pth'):
+        resume_checkpoint(str(tmp_path), schedulers=False)
 
 
 def test_no_fallback_without_a_record_of_the_run(trained, tmp_path):
@@ -90,11 +90,11 @@ def test_no_fallback_without_a_record_of_the_run(trained, tmp_path):
     (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'iter_6.pth'))
     damage(tmp_path / 'iter_6.pth', 'truncated')
     with pytest.raises(CheckpointError, match=r'\.mmwf_run is missing.*--resume PATH'):
-        resume_checkpoint(str(tmp_path))
+        resume_checkpoint(str(tmp_path), schedulers=False)
 
 
 def test_nothing_saved_means_nothing_to_resume(tmp_path):
-    assert resume_checkpoint(str(tmp_path)) == (None, [
+    assert resume_checkpoint(str(tmp_path), schedulers=False) == (None, [
         f'resume: nothing to resume in {tmp_path}: no last_checkpoint (no checkpoint was saved there). Training '
         'from scratch.'])
 
@@ -205,3 +205,52 @@ def test_checkpoint_write_killed_before_its_rename_leaves_the_previous_file(trai
         runner.save_checkpoint(str(tmp_path), 'iter_6.pth', by_epoch=False, backend_args=hook.backend_args)
     assert (tmp_path / 'iter_6.pth').read_bytes() == before
     assert not [p for p in os.listdir(tmp_path) if p.endswith('.tmp')]
+
+
+def validated_runner(work_dir, **kwargs):
+    """6 iterations with a linear lr decay, checkpoints every 2 and the best by a validation score at each; the same
+    initial weights in every call."""
+    from mmengine.evaluator import Evaluator
+
+    from tests.toy import ToyData, ToyMetric
+    torch.manual_seed(0)
+    return make_runner(
+        work_dir, 6, model=ToyModel(), interval=2,
+        hooks=dict(checkpoint=dict(type='CheckpointHook', interval=2, by_epoch=False, save_best='score',
+                                   rule='greater')),
+        train_cfg=dict(by_epoch=False, max_iters=6, val_interval=2), val_cfg=dict(),
+        val_dataloader=dict(dataset=ToyData(), sampler=dict(type='DefaultSampler', shuffle=False), batch_size=8,
+                            num_workers=0, collate_fn=dict(type='default_collate')),
+        val_evaluator=Evaluator([ToyMetric()]),
+        param_scheduler=dict(type='LinearLR', start_factor=1.0, end_factor=0.1, end=6, by_epoch=False),
+        **kwargs)
+
+
+def test_resume_falls_back_to_a_resume_point_not_a_best_checkpoint(tmp_path):
+    """The run's last save half-written: the fallback skips the newer best checkpoint (no optimizer, no schedulers)
+    for iter_4.pth, and the resumed run ends with the weights and lr of the run that was never interrupted."""
+    whole = validated_runner(tmp_path / 'whole')
+    whole.train()
+    interrupted = tmp_path / 'interrupted'
+    validated_runner(interrupted).train()
+    best = str(interrupted / 'best_score_iter_6.pth')  # the score improves at every validation
+    assert set(torch.load(best, weights_only=True)) == {'meta', 'message_hub', 'state_dict'}
+    damage(interrupted / 'iter_6.pth', 'truncated')
+    path, notes = resume_checkpoint(str(interrupted), schedulers=True)
+    assert path == str(interrupted / 'iter_4.pth')
+    assert any(n.startswith(f'not resuming from {best}: it is not a resume point') for n in notes)
+    assert 'the newest complete resume point of the same run' in notes[-1]
+    resumed = validated_runner(interrupted, load_from=path, resume=True)
+    resumed.train()
+    for a, b in zip(whole.model.parameters(), resumed.model.parameters()):
+        torch.testing.assert_close(a, b)
+    assert whole.optim_wrapper.get_lr() == resumed.optim_wrapper.get_lr()
+
+
+def test_a_best_checkpoint_is_refused_as_a_resume_point(tmp_path):
+    validated_runner(tmp_path / 'run').train()
+    best = glob.glob(str(tmp_path / 'run' / 'best_score_iter_*.pth'))[0]
+    runner = validated_runner(tmp_path / 'again', load_from=best, resume=True)
+    with pytest.raises(CheckpointError, match=r'not a resume point: it lacks the optimizer, parameter schedulers '
+                                              r'state .*load_from=PATH'):
+        runner.train()

@@ -50,3 +50,14 @@ def fsdp_model(runner):
     """The runner's model when FSDP shards it (FlexibleRunner's FSDP strategies), else None."""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     return runner.model if isinstance(runner.model, FSDP) else None
+
+
+RESUME_STATE = {'state_dict': 'model', 'optimizer': 'optimizer', 'message_hub': 'message hub',
+                'param_schedulers': 'parameter schedulers'}
+
+
+def resume_point_missing(checkpoint: dict, schedulers: bool = True) -> list[str]:
+    """What of the training state a checkpoint lacks to be a resume point (empty: it is one): the model, optimizer
+    and message hub, and the parameter schedulers when the run has any (``schedulers``)."""
+    keys = [k for k in RESUME_STATE if schedulers or k != 'param_schedulers']
+    return [RESUME_STATE[k] for k in keys if not isinstance(checkpoint, dict) or k not in checkpoint]

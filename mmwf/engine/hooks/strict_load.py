@@ -27,7 +27,7 @@ from mmwf.utils.checkpoint import (
     state_dict_mismatch,
 )
 
-from .runner_state import built_datasets, fsdp_model, is_resuming, loaded_file, will_load
+from .runner_state import built_datasets, fsdp_model, is_resuming, loaded_file, resume_point_missing, will_load
 
 PARTIAL_LOAD = 'partial_load'  # the config key of the opt-out
 
@@ -147,7 +147,15 @@ class StrictLoadHook(Hook):
                 'Use the checkpoint this config trained. To load only the matching tensors on purpose (fine-tuning '
                 f'with another head), set {PARTIAL_LOAD}=True (--cfg-options {PARTIAL_LOAD}=True).']))
         resuming = is_resuming(runner)
-        if resuming and 'optimizer' in checkpoint:
+        if resuming:
+            missing = resume_point_missing(checkpoint, runner.param_schedulers is not None)
+            if missing:
+                raise CheckpointError(
+                    f'cannot resume from {filename!r}: it is not a resume point: it lacks the {", ".join(missing)} '
+                    'state (a best checkpoint, which mmengine writes without optimizer and schedulers, or an EMA or '
+                    'weights-only file). Resume from a full checkpoint of the run (iter_N.pth / epoch_N.pth; '
+                    '--resume alone takes the newest), or start a new run from its weights with load_from=PATH '
+                    '(no --resume).')
             self._check_optimizer(runner, model, checkpoint['optimizer'], filename, shapes)
         trained = ((checkpoint.get('meta') or {}).get('dataset_meta') or {}).get('classes')
         splits = built_datasets(runner)

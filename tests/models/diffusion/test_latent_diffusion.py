@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from mmwf.registry import MODELS
+from tests.tolerance import assert_same_computation
 
 
 def build(**kwargs):
@@ -59,11 +60,12 @@ def test_a_samples_noise_follows_its_index_alone(cfg_scale):
     def draw(labels, indices, seeded=model):
         return seeded.sample(torch.tensor(labels), seeded.sample_generators(torch.tensor(indices), 'cpu'))
     together, alone = draw([0, 2, 1], [5, 6, 7]), draw([1], [7])
-    assert torch.equal(together[2], alone[0])
+    assert_same_computation(together[2], alone[0])  # in a batch of 3 and alone: other matrix-product shapes
     assert not torch.allclose(together[0], draw([0], [8])[0])  # another index, another sample
     other_seed = build(cfg_scale=cfg_scale, sample_seed=4).eval()
     other_seed.load_state_dict(model.state_dict())
     assert not torch.allclose(draw([1], [7], other_seed)[0], alone[0])
     # predict: the same per-index samples as images
     images = model(labels=torch.tensor([0, 2, 1]), indices=torch.tensor([5, 6, 7]), mode='predict')
-    assert torch.equal(images[2]['fake_img'], model.to_images(alone)[0]) and images[2]['index'] == 7
+    difference = images[2]['fake_img'].int() - model.to_images(alone)[0].int()
+    assert difference.abs().max() <= 1 and images[2]['index'] == 7  # a rounding to uint8 may fall either side
