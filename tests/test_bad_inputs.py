@@ -236,6 +236,22 @@ def coco_class_not_in_file(tmp: Path) -> Callable:
     return lambda: check_classes({'val': dataset}, torch.nn.Module())
 
 
+def segmentation_classes_remapped_by_name() -> Callable:
+    """The README's detection pattern on a segmentation config: ADE20K's type given two of its 150 classes."""
+    from mmseg.datasets import ADE20KDataset
+    dataset = ADE20KDataset(data_root='data/ade', data_prefix=dict(img_path='i', seg_map_path='a'), lazy_init=True,
+                            metainfo=dict(classes=('floor', 'wall')))
+    return lambda: check_classes({'train': dataset}, torch.nn.Module())
+
+
+def coco_categories_dropped(tmp: Path) -> Callable:
+    categories = [{'id': i, 'name': n} for i, n in enumerate(('circle', 'square', 'hexagon'), 1)]
+    (tmp / 'ann.json').write_text(json.dumps({'categories': categories}))
+    dataset = SimpleNamespace(metainfo=dict(classes=('circle', 'square')), ann_file=str(tmp / 'ann.json'),
+                              cat_ids=[1, 2])
+    return lambda: check_classes({'train': dataset}, torch.nn.Module())
+
+
 def annotations(**results) -> Callable:
     return lambda: CheckAnnotations(num_classes=4)(dict(img_path='a.jpg', seg_map_path='a.png', **results))
 
@@ -414,6 +430,13 @@ CASES = [
     ('more classes than the head', lambda t: more_classes_than_the_head, ValueError,
      ['the train dataset (data/ade/images/training) has 4 classes (a, b, c, d) but decode_head has num_classes=3',
       'Set num_classes=4 on every head']),
+    ('segmentation classes remapped by name', lambda t: segmentation_classes_remapped_by_name(), ValueError,
+     ['would change the labels its files hold', 'ADE20KDataset (data/ade', '150 built-in classes',
+      "maps its files' labels by name to the 2 given", '0 (wall) -> 1 (wall)', '1 (building) -> ignored',
+      '3 (floor) -> 0 (floor)', "type='BaseSegDataset'", 'remap_classes=True']),
+    ('COCO categories dropped by the class list', coco_categories_dropped, ValueError,
+     ["drops the annotations of the file's categories that are not among its 2 classes: hexagon",
+      'every category of the file in metainfo=dict(classes=(...))', '--cfg-options remap_classes=True']),
     ('COCO class missing from its annotation file', coco_class_not_in_file, ValueError,
      ["ann.json' has no category named square (1 of the dataset's 2 classes)", 'its categories are circle, box',
       "metainfo=dict(classes=(...)) to the file's category names"]),

@@ -137,19 +137,66 @@ def check_coco_categories(dataset: object) -> None:
                          'classes).')
 
 
+REMAP_KEY = 'remap_classes'  # the config key that allows a dataset type to remap labels by class name
+
+
+def label_remaps(dataset: object) -> list[str]:
+    """How the dataset changes the labels its files hold to reach its classes, one line per change (empty: it keeps
+    them): mmseg's ``label_map`` (a dataset type with built-in classes given other classes maps its built-in labels
+    by name, and ignores the built-in classes not named), and mmdet's COCO filtering (the annotations of categories
+    that are not among the dataset's classes are dropped)."""
+    changes = []
+    for ds in leaf_datasets(dataset):
+        classes = classes_of(ds) or ()
+        label_map = (getattr(ds, 'metainfo', None) or {}).get('label_map')
+        if label_map:
+            builtin = tuple(str(c) for c in getattr(type(ds), 'METAINFO', {}).get('classes', ()))
+            moved = [f'{i} ({builtin[i] if i < len(builtin) else "?"}) -> '
+                     + (f'{j} ({classes[j]})' if 0 <= j < len(classes) else 'ignored')
+                     for i, j in sorted(label_map.items()) if i != j]
+            changes.append(f'{type(ds).__name__} ({describe(ds)}) has {len(builtin)} built-in classes and maps its '
+                           f'files\' labels by name to the {len(classes)} given: {_names(moved, 6)}')
+        cat_ids, ann = getattr(ds, 'cat_ids', None), str(getattr(ds, 'ann_file', ''))
+        if cat_ids is not None and ann.endswith('.json') and osp.isfile(ann):
+            with open(ann, encoding='utf-8') as f:
+                found = [str(c['name']) for c in json.load(f).get('categories', [])]
+            dropped = [c for c in found if c not in classes]
+            if classes and dropped:
+                changes.append(f'{type(ds).__name__} ({ann}) drops the annotations of the file\'s categories that are '
+                               f'not among its {len(classes)} classes: {_names(dropped)}')
+    return changes
+
+
+def check_label_remaps(splits: dict[str, object], allow: bool = False) -> list[str]:
+    """No dataset of ``splits`` changes its files' labels (:func:`label_remaps`) unless ``allow`` (the config's
+    ``remap_classes=True``); returns the changes allowed, to be logged. Raises ValueError naming the classes and the
+    two ways out."""
+    changes = [f'the {split} dataset: {line}' for split, ds in splits.items() for line in label_remaps(ds)]
+    if changes and not allow:
+        raise ValueError('\n'.join([
+            'a dataset would change the labels its files hold (pixels or boxes would train as another class, or '
+            'be dropped):', *changes,
+            'Use a dataset type without built-in classes whose files hold indices into your classes (mmseg: '
+            "type='BaseSegDataset', mmdet: every category of the file in metainfo=dict(classes=(...))), or, if "
+            f'that mapping is what you want, set {REMAP_KEY}=True (--cfg-options {REMAP_KEY}=True): it is logged.']))
+    return changes
+
+
 def check_classes(splits: dict[str, object], model: nn.Module,
-                  checkpoint: tuple[str, Sequence[str]] | None = None) -> None:
+                  checkpoint: tuple[str, Sequence[str]] | None = None, remap: bool = False) -> list[str]:
     """Before any batch: the class lists of the built ``splits`` ({'train': dataset, ...}) agree with each other
     (train first), with every head's ``num_classes`` (:func:`head_class_counts`; the box and mask heads of a
     panoptic dataset count its ``thing_classes``) and with ``checkpoint`` = (path,
-    the classes it was trained on); COCO files have every class named. Raises ValueError with the numbers, the
-    names that differ and the fix."""
+    the classes it was trained on); COCO files have every class named; no dataset remaps its labels unless ``remap``
+    (:func:`check_label_remaps`). Raises ValueError with the numbers, the names that differ and the fix; returns the
+    remappings allowed, to be logged."""
     named = {split: (ds, classes_of(ds)) for split, ds in splits.items()}
     for ds, _ in named.values():
         check_coco_categories(ds)
+    remapped = check_label_remaps(splits, remap)
     with_classes = [(split, ds, classes) for split, (ds, classes) in named.items() if classes]
     if not with_classes:
-        return
+        return remapped
     first, first_ds, first_classes = with_classes[0]
     for split, ds, classes in with_classes[1:]:
         why = compare_classes((f'the {first} dataset', describe(first_ds)), first_classes,
@@ -174,6 +221,7 @@ def check_classes(splits: dict[str, object], model: nn.Module,
         if why:
             raise ValueError(f'{why}\nUse the checkpoint trained on these classes, or give the dataset the '
                              "checkpoint's classes in its order (metainfo=dict(classes=(...))).")
+    return remapped
 
 
 def annotation_files(cfg: dict | list) -> list[str]:

@@ -42,7 +42,7 @@ def test_matching_splits_and_heads_pass():
         m = nn.Module()
         m.decode_head = Head(n)
         return m
-    assert check_classes(splits(), model(), checkpoint=('iter_4.pth', list(classes))) is None
+    assert check_classes(splits(), model(), checkpoint=('iter_4.pth', list(classes))) == []
     with pytest.raises(ValueError, match=re.escape('the train dataset (train.json: 2) and the val dataset (val.json: '
                                                    '3) differ')) as err:
         check_classes(splits(classes + ('triangle',)), model(), checkpoint=('iter_4.pth', list(classes)))
@@ -99,3 +99,15 @@ def test_fitting_annotations_pass_through_unchanged():
                                                    '2 x 3')):
         check(dict(fitting, height=3))
     assert seg.tolist() == [[0, 1], [3, 255]]  # the refused variants were copies
+
+
+def test_an_allowed_remapping_is_returned_to_be_logged_and_a_type_without_classes_keeps_its_labels():
+    from mmseg.datasets import ADE20KDataset, BaseSegDataset
+    prefix = dict(img_path='i', seg_map_path='a')
+    ade = ADE20KDataset(data_root='data/ade', data_prefix=prefix, lazy_init=True,
+                        metainfo=dict(classes=('floor', 'wall')))
+    lines = check_classes({'train': ade}, nn.Module(), remap=True)
+    assert len(lines) == 1 and lines[0].startswith('the train dataset: ADE20KDataset') and '3 (floor) -> 0' in lines[0]
+    plain = BaseSegDataset(data_root='data/own', data_prefix=prefix, lazy_init=True,
+                           metainfo=dict(classes=('floor', 'wall')))
+    assert check_classes({'train': plain}, nn.Module()) == []

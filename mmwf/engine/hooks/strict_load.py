@@ -16,7 +16,7 @@ import re
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 
-from mmwf.datasets.checks import check_classes
+from mmwf.datasets.checks import REMAP_KEY, check_classes
 from mmwf.registry import HOOKS
 from mmwf.utils.checkpoint import (
     CheckpointError,
@@ -160,7 +160,7 @@ class StrictLoadHook(Hook):
         trained = ((checkpoint.get('meta') or {}).get('dataset_meta') or {}).get('classes')
         splits = built_datasets(runner)
         if trained and (resuming or 'train' not in splits):
-            check_classes(splits, model, (filename, list(trained)))
+            check_classes(splits, model, (filename, list(trained)), remap=bool(runner.cfg.get(REMAP_KEY, False)))
 
     @staticmethod
     def _check_optimizer(runner, model, saved: dict, filename: str, shapes: dict[str, tuple] | None) -> None:
