@@ -22,13 +22,30 @@ METAFILE = CONFIG_ROOT / 'imagenet' / 'metafile.yml'
 
 def _load_released(filename: str, map_location: str | torch.device | None = None) -> dict:
     """mmengine checkpoint loader for ``mmwf://<model name>``: the model's ``Weights`` as an mmpretrain classifier
-    checkpoint (``backbone.`` keys; the backbone holds the head)."""
-    from mmwf.utils.checkpoint import load_state_dict_file
+    checkpoint (``backbone.`` keys; the backbone holds the head), checked key by key and shape by shape against the
+    model's config before mmpretrain's lenient load (a file of another model is a ``CheckpointMismatchError``)."""
+    from mmengine.config import Config
+
+    from mmwf.registry import MODELS
+    from mmwf.utils.checkpoint import CheckpointMismatchError, load_state_dict_file, mismatch_lines, state_dict_mismatch
     name = filename[len(SCHEME):]
-    weights = metafile_models().get(name, {}).get('Weights')
+    model = metafile_models().get(name, {})
+    weights = model.get('Weights')
     if weights is None:
         raise KeyError(f'{filename}: {name!r} is not a model of mmwf\'s model index with released weights')
-    state = load_state_dict_file(weights, map_location or 'cpu')
+    try:
+        state = load_state_dict_file(weights, map_location or 'cpu')
+    except FileNotFoundError as err:
+        raise FileNotFoundError(
+            f'{err}\nFor {filename}, put the file in the Hugging Face cache (`hf download` of that repository, then '
+            'HF_HUB_OFFLINE=1), or load a local copy strictly: model = get_model(NAME); '
+            'mmwf.utils.load_strict(model.backbone, mmwf.utils.load_state_dict_file(PATH), PATH). (get_model\'s '
+            'pretrained=PATH loads through mmengine without checking the keys.)') from None
+    backbone = dict(Config.fromfile(str(CONFIG_ROOT.parent / model['Config'])).model.backbone, init_cfg=None)
+    mismatch = state_dict_mismatch(MODELS.build(backbone).state_dict(), state)
+    if mismatch:
+        raise CheckpointMismatchError('\n'.join([f'{weights} (the weights of {filename}) does not match {name}\'s '
+                                                 f'backbone:', *mismatch_lines(mismatch)]))
     return dict(state_dict={f'backbone.{k}': v for k, v in state.items()}, meta=dict(source=weights))
 
 

@@ -77,3 +77,15 @@ def test_get_model_and_inferencer_with_the_released_weights(hub_names, released,
         again = mmpretrain.inference_model('weightformer_t_in1k', str(path), pretrained=True)
     torch.testing.assert_close(torch.as_tensor(result['pred_scores']), expected, rtol=1e-4, atol=1e-6)
     assert result['pred_label'] == again['pred_label'] == int(expected.argmax())
+
+
+def test_released_weights_of_another_model_are_refused(hub_names, tmp_path, monkeypatch):
+    """mmpretrain's get_model loads leniently (mmengine, strict=False); the mmwf:// scheme checks first."""
+    from mmwf.utils.checkpoint import CheckpointMismatchError
+    weights = tmp_path / 'w.safetensors'
+    save_file(WeightFormer('s', num_classes=1000).state_dict(), str(weights))
+    offline_hub_repo(tmp_path / 'hub', 'RuizeHe/weightformer-t', {'model.safetensors': weights.read_bytes()},
+                     monkeypatch)
+    with pytest.raises(CheckpointMismatchError, match=r"does not match weightformer_t_in1k's backbone:\nshape "
+                                                      r'mismatches \(19\d\)'):
+        mmpretrain.get_model('weightformer_t_in1k', pretrained=True)

@@ -27,7 +27,14 @@ from mmengine.model import BaseModule
 
 from mmwf.models.initializers import init_weights_pretrained_last
 from mmwf.models.layers import FFN_TYPES, PatchEmbed, build_token_norm, resolve_arch, run_blocks, tokens_to_map
-from mmwf.utils.checkpoint import load_state_dict_file, load_strict, mismatch_lines, whole_model_part
+from mmwf.utils.checkpoint import (
+    CheckpointMismatchError,
+    load_state_dict_file,
+    load_strict,
+    mismatch_lines,
+    state_dict_mismatch,
+    whole_model_part,
+)
 
 
 def resolve_out_indices(out_indices: int | Sequence[int], depth: int, name: str) -> list[int]:
@@ -396,10 +403,37 @@ class PlainBackbone(BaseModule, PyTorchModelHubMixin, library_name='mmwf', tags=
         return {k: v for k, v in state_dict.items() if k.split('.')[0] in own}
 
 
-def timm_checkpoint_filter(state_dict: dict[str, torch.Tensor], model: PlainBackbone) -> dict[str, torch.Tensor]:
-    """timm's ``pretrained_filter_fn``: a whole-model checkpoint reduced to its backbone
-    (:func:`mmwf.utils.checkpoint.whole_model_part`), then the family's :meth:`PlainBackbone.checkpoint_filter_fn`."""
-    return model.checkpoint_filter_fn(whole_model_part(state_dict, 'the timm checkpoint'))
+def timm_checkpoint_filter(state_dict: dict[str, torch.Tensor], model: PlainBackbone,
+                           strict: bool = True) -> dict[str, torch.Tensor]:
+    """timm's ``pretrained_filter_fn``, strict where timm is lenient: a whole-model checkpoint reduced to its backbone
+    (:func:`mmwf.utils.checkpoint.whole_model_part`), the family's :meth:`PlainBackbone.checkpoint_filter_fn`, then
+    every key and shape compared with the model's before timm loads. Only the classifier may be left out, where the
+    model's class count differs from the pretrained one's (timm then drops it; logged); anything else that does not
+    fit (a checkpoint of another family or size) is a :class:`CheckpointMismatchError`, or with timm's
+    ``pretrained_strict=False`` a logged list."""
+    state = model.checkpoint_filter_fn(whole_model_part(state_dict, 'the timm checkpoint'))
+    own, cfg = model.state_dict(), getattr(model, 'pretrained_cfg', None) or {}
+    stem = f'{cfg.get("first_conv", "patch_embed.proj")}.weight'
+    if stem in own and own[stem].shape[1] != cfg.get('input_size', own[stem].shape)[0]:  # timm adapts the channels
+        own[stem] = own[stem].new_empty(own[stem].shape[:1] + (cfg['input_size'][0],) + own[stem].shape[2:])
+    adapted = model.num_classes != cfg.get('num_classes', model.num_classes)
+    if adapted:
+        head = [k for k in state if k.startswith('head.')]
+        own = {k: v for k, v in own.items() if not k.startswith('head.')}
+        state = {k: v for k, v in state.items() if k not in head}
+        print_log(f'timm pretrained weights: the classifier ({", ".join(head) or "none"}) left out for '
+                  f'num_classes={model.num_classes}', logger='current')
+    mismatch = state_dict_mismatch(own, state)
+    if mismatch and strict:
+        raise CheckpointMismatchError('\n'.join([
+            f'timm pretrained weights do not match {type(model).__name__} (is the file a checkpoint of this model '
+            'and size?).', *mismatch_lines(mismatch),
+            'Give the weights of this architecture (pretrained_cfg_overlay=dict(file=...)), or pass '
+            'pretrained_strict=False to load what fits on purpose (what is left out is logged).']))
+    if mismatch:
+        print_log('\n'.join(['pretrained_strict=False: timm pretrained weights loaded where they fit; left out:',
+                              *mismatch_lines(mismatch)]), logger='current', level=logging.WARNING)
+    return state
 
 
 # timm's names for the blocks' options (``norm_layer``, ``mlp_layer``) -> the families' ``norm_cfg`` / ``ffn_type``
@@ -432,12 +466,14 @@ def _timm_constructor(model_cls: type[PlainBackbone], in_chans: int = 3, num_cla
 def create_timm_model(model_cls: type[PlainBackbone], variant: str, pretrained: bool = False,
                       **kwargs) -> PlainBackbone:
     """The model behind a registered timm name: timm's ``build_model_with_cfg`` on ``model_cls`` with the
-    variant's ``pretrained_cfg``, :func:`timm_checkpoint_filter` for pretrained weights, and timm's
+    variant's ``pretrained_cfg``, :func:`timm_checkpoint_filter` for pretrained weights (strict unless
+    ``pretrained_strict=False``), and timm's
     ``FeatureGetterNet`` (:meth:`PlainBackbone.forward_intermediates`, the last 3 blocks by default) for
     ``features_only=True``."""
     from timm.models import build_model_with_cfg
+    strict = kwargs.get('pretrained_strict', True)
     return build_model_with_cfg(partial(_timm_constructor, model_cls), variant, pretrained,
-                                pretrained_filter_fn=timm_checkpoint_filter,
+                                pretrained_filter_fn=partial(timm_checkpoint_filter, strict=strict),
                                 feature_cfg=dict(out_indices=3, feature_cls='getter'), **kwargs)
 
 

@@ -21,6 +21,7 @@ from diffusers.models.modeling_outputs import Transformer2DModelOutput
 from mmwf.registry import MODELS
 
 FAMILIES = ('WeightFormerDiT', 'DiT')
+PIPELINE_NULL = 1000  # DiTPipeline's label of the unconditional half of guidance, whatever the model's classes
 
 
 class MMWFTransformer2DModel(ModelMixin, ConfigMixin):
@@ -85,8 +86,16 @@ class MMWFTransformer2DModel(ModelMixin, ConfigMixin):
     def forward(self, hidden_states: torch.Tensor, timestep: torch.Tensor | int, class_labels: torch.Tensor,
                 return_dict: bool = True) -> Transformer2DModelOutput | tuple[torch.Tensor]:
         """hidden_states (B, C, H, W), timestep (B,) or one for all, class_labels (B,) -> ``sample``
-        (B, out_channels, H, W)."""
+        (B, out_channels, H, W). A label is one of the model's classes, or ``DiTPipeline``'s unconditional label
+        1000 (:data:`PIPELINE_NULL`), which becomes this model's own (``num_classes``); any other label is an
+        error naming it (an index past the classes would embed another class, or the unconditional one)."""
         t = torch.as_tensor(timestep, device=hidden_states.device)
         t = t.expand(len(hidden_states)) if t.dim() == 0 else t
-        out = self.denoiser(hidden_states, t, class_labels)
+        labels = torch.as_tensor(class_labels, device=hidden_states.device)
+        classes = self.config.num_classes
+        wrong = sorted({int(v) for v in labels.flatten().tolist() if not (0 <= v < classes or v == PIPELINE_NULL)})
+        if wrong:
+            raise ValueError(f'class labels {wrong} are not classes of this model ({classes}: 0 to {classes - 1}); '
+                             f'{PIPELINE_NULL} is DiTPipeline\'s unconditional label')
+        out = self.denoiser(hidden_states, t, labels.masked_fill(labels == PIPELINE_NULL, classes))
         return Transformer2DModelOutput(sample=out) if return_dict else (out,)

@@ -1,6 +1,7 @@
 """WeightFormer and the study's DeiTs as timm models: the registered names, timm's model API, and timm's own
 pretrained path (a file, a whole-model checkpoint, the Hugging Face hub cache)."""
 import inspect
+import logging
 import re
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 import timm
 import torch
 from mmengine.config import Config
-from mmengine.logging import MessageHub
+from mmengine.logging import MessageHub, MMLogger
 from safetensors.torch import save_file
 from timm.optim import param_groups_layer_decay
 
@@ -17,7 +18,7 @@ import mmwf  # noqa: F401
 from mmwf.configs import metafile_models
 from mmwf.models.backbones import DeiT, WeightFormer, deit_study
 from mmwf.models.backbones import weightformer as wf_module
-from mmwf.utils.checkpoint import plain_checkpoint
+from mmwf.utils.checkpoint import CheckpointMismatchError, plain_checkpoint
 from tests.hub_cache import offline_hub_repo
 from tests.tolerance import assert_same_computation
 
@@ -248,8 +249,33 @@ def test_pretrained_from_a_file_a_whole_model_checkpoint_and_the_hub_cache(tmp_p
 
     other = tmp_path / 'small.safetensors'
     save_file(WeightFormer('s', num_classes=1000).state_dict(), str(other))
-    with pytest.raises(RuntimeError, match='size mismatch for patch_embed.proj.weight'):
+    with pytest.raises(CheckpointMismatchError, match=r'shape mismatches \(197\): blocks.0.dwc.bias: checkpoint '
+                                                      r'\(384,\) vs model \(192,\)'):
         timm.create_model('weightformer_t', pretrained=True, pretrained_cfg_overlay=dict(file=str(other)))
+
+
+def test_pretrained_weights_of_another_family_are_refused_even_with_a_new_head(tmp_path):
+    """timm's own rule loads 36 of WF-T's 198 tensors from a DeiT-T file when the class count differs ("may be
+    expected if model is being adapted"); mmwf's leaves out only the classifier, and pretrained_strict=False is the
+    explicit opt-out, logged."""
+    deit = tmp_path / 'deit.safetensors'
+    save_file(DeiT('t', num_classes=1000).state_dict(), str(deit))
+    overlay = dict(file=str(deit))
+    with pytest.raises(CheckpointMismatchError, match=r'do not match WeightFormer.*\nmissing keys \(160, under blocks'):
+        timm.create_model('weightformer_t', pretrained=True, num_classes=10, pretrained_cfg_overlay=overlay)
+    logger, records = MMLogger.get_current_instance(), []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger.addHandler(handler)
+    try:
+        model = timm.create_model('weightformer_t', pretrained=True, num_classes=10, pretrained_cfg_overlay=overlay,
+                                  pretrained_strict=False)
+    finally:
+        logger.removeHandler(handler)
+    out = '\n'.join(records)
+    assert model.head.out_features == 10
+    assert 'pretrained_strict=False: timm pretrained weights loaded where they fit' in out
+    assert 'the classifier (head.bias, head.weight) left out for num_classes=10' in out
 
 
 def test_new_head_and_pooling_survive_save_pretrained(tmp_path):

@@ -118,3 +118,25 @@ def test_dit_pipeline_with_our_transformer_draws_our_samples(vae_dir, tmp_path, 
     assert_same_computation(draw(again), images)
     with pytest.raises(ValueError, match='out_channels 4 does not fit in_channels 4 with learn_sigma=True'):
         MMWFTransformer2DModel(arch=dict(hidden_size=32, depth=3), out_channels=4)
+
+
+def test_pipeline_labels_are_the_models_classes_and_its_unconditional_label(vae_dir):
+    """A 3-class model in DiTPipeline: the pipeline's unconditional label (1000) reaches the denoiser as the model's
+    own (3), so guidance works; a label past the classes is refused by name (it would have sampled unconditionally,
+    and 1000 under guidance was an IndexError)."""
+    from diffusers import DiTPipeline
+
+    from mmwf.models.diffusion.diffusers_model import MMWFTransformer2DModel
+    ours = LatentDiffusion(small(input_size=4, in_channels=4, num_classes=3), vae_path=str(vae_dir),
+                           sampling_steps='4', scheduler=dict(type='DDIMScheduler'))
+    transformer = MMWFTransformer2DModel.from_denoiser(ours.denoiser)
+    seen = []
+    transformer.denoiser.register_forward_pre_hook(lambda m, args: seen.append(args[2].tolist()))
+    pipe = DiTPipeline(transformer, ours.vae.vae, ours.scheduler)
+    pipe.set_progress_bar_config(disable=True)
+    images = pipe(class_labels=[0, 2], guidance_scale=4.0, num_inference_steps=4, output_type='pt').images
+    assert images.shape == (2, 3, 32, 32) and torch.isfinite(images).all()
+    assert seen and all(labels == [0, 2, 3, 3] for labels in seen)
+    with pytest.raises(ValueError, match=r'class labels \[3\] are not classes of this model \(3: 0 to 2\); 1000 is '
+                                         r"DiTPipeline's unconditional label"):
+        pipe(class_labels=[3], guidance_scale=1.0, num_inference_steps=4, output_type='pt')
