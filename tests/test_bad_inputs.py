@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
@@ -28,6 +29,7 @@ from mmwf.models.distillers import student_checkpoint
 from mmwf.models.necks import SimpleFeaturePyramid
 from mmwf.models.transfer import transfer_softmax_weights
 from mmwf.utils import CheckpointError, UnsafeCheckpointError, load_state_dict_file
+from mmwf.utils.arrays import check_image_array
 from mmwf.utils.checkpoint import CheckpointMismatchError
 from tests.toy import ToyData, ToyModel, make_runner
 
@@ -252,6 +254,19 @@ def coco_categories_dropped(tmp: Path) -> Callable:
     return lambda: check_classes({'train': dataset}, torch.nn.Module())
 
 
+def truncated_image_in_a_class_folder(tmp: Path) -> Callable:
+    """PIL decodes lazily: without the shared reader the error came later, without the file's name."""
+    import numpy as np
+    from PIL import Image
+
+    from mmwf.datasets import ClassFolderImages
+    (tmp / 'cls' / 'circle').mkdir(parents=True)
+    path = tmp / 'cls' / 'circle' / 'a.jpg'
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(path, quality=95)
+    path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
+    return lambda: ClassFolderImages(str(tmp / 'cls'), 32)[0]
+
+
 def annotations(**results) -> Callable:
     return lambda: CheckAnnotations(num_classes=4)(dict(img_path='a.jpg', seg_map_path='a.png', **results))
 
@@ -430,6 +445,12 @@ CASES = [
     ('more classes than the head', lambda t: more_classes_than_the_head, ValueError,
      ['the train dataset (data/ade/images/training) has 4 classes (a, b, c, d) but decode_head has num_classes=3',
       'Set num_classes=4 on every head']),
+    ('truncated image in a class folder', truncated_image_in_a_class_folder, ValueError,
+     ['cannot read image', 'a.jpg', 'image file is truncated', 'replace it with a whole copy']),
+    ('float images where uint8 images are read', lambda t: lambda: check_image_array(
+        np.full((2, 8, 8, 3), 0.5, np.float32), "arr_0 of 'samples.npz'"), ValueError,
+     ["arr_0 of 'samples.npz' is float32 in [0.5, 0.5], not uint8 in [0, 255]",
+      'np.clip(np.round(x * 255), 0, 255).astype(np.uint8)']),
     ('segmentation classes remapped by name', lambda t: segmentation_classes_remapped_by_name(), ValueError,
      ['would change the labels its files hold', 'ADE20KDataset (data/ade', '150 built-in classes',
       "maps its files' labels by name to the 2 given", '0 (wall) -> 1 (wall)', '1 (building) -> ignored',

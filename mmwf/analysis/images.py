@@ -6,6 +6,8 @@ import os.path as osp
 
 import torch
 
+from mmwf.utils.arrays import read_image
+
 # where tools/generate_demo_data.py writes its COCO-style validation images, relative to the working directory
 DEMO_IMAGES = osp.join('data', 'demo', 'coco', 'val')
 
@@ -21,6 +23,6 @@ def load_images(folder: str, size: int, limit: int) -> torch.Tensor:
                 if osp.normpath(folder) == osp.normpath(DEMO_IMAGES) else '')
         raise FileNotFoundError(f'no .jpg / .png images in {folder!r}{hint}; give --images a folder of images')
     mean, std = np.array([123.675, 116.28, 103.53]), np.array([58.395, 57.12, 57.375])
-    images = [(cv2.resize(cv2.imread(f)[:, :, ::-1], (size, size), interpolation=cv2.INTER_LINEAR) - mean) / std
+    images = [(cv2.resize(np.asarray(read_image(f)), (size, size), interpolation=cv2.INTER_LINEAR) - mean) / std
               for f in files]
     return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float()

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from mmwf.registry import DATASETS
-from mmwf.utils.arrays import load_arrays
+from mmwf.utils.arrays import load_arrays, read_image
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.webp')
 
@@ -62,10 +62,8 @@ class ClassFolderImages(Dataset):
         return len(self.items)
 
     def __getitem__(self, i: int) -> dict:
-        from PIL import Image
         path, label = self.items[i]
-        with Image.open(path) as image:
-            arr = center_crop_arr(image, self.size)
+        arr = center_crop_arr(read_image(path), self.size)
         if self.flip and np.random.rand() < 0.5:
             arr = arr[:, ::-1]
         return dict(inputs=torch.from_numpy(np.ascontiguousarray(arr)).permute(2, 0, 1), labels=label)

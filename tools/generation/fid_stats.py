@@ -24,30 +24,35 @@ from mmwf.datasets.generation import IMAGE_EXTENSIONS
 from mmwf.evaluation import FIDInception
 from mmwf.evaluation.generation import add_sums, moment_statistics, moment_sums, summed_over_processes
 from mmwf.utils import init_tool_distributed
-from mmwf.utils.arrays import load_arrays
-from mmwf.utils.checkpoint import atomic_write
+from mmwf.utils.arrays import check_image_array, load_arrays, read_image
+from mmwf.utils.checkpoint import atomic_write, output_problem
 
 
-def image_batches(source: str, size: int, batch: int, limit: int | None, rank: int = 0, world_size: int = 1):
-    """uint8 (B, 3, H, W) batches of a folder or of an ADM ``.npz``: of every ``world_size``-th image from ``rank``."""
+def image_source(source: str, limit: int | None) -> np.ndarray | list[str]:
+    """The images of ``source``, checked before any work: an ADM ``.npz``'s ``arr_0`` (uint8 N x H x W x 3), or the
+    image files of a folder (searched recursively); at most ``limit``."""
     if source.endswith('.npz'):
         arr = load_arrays(source, ('arr_0',), fix="A sample batch holds arr_0 (N, H, W, 3) uint8, as ADM's and "
-                          'tools/generation/sample.py write it.')['arr_0'][:limit][rank::world_size]
-        for i in range(0, len(arr), batch):
-            yield torch.from_numpy(np.ascontiguousarray(arr[i:i + batch])).permute(0, 3, 1, 2)
-        return
-    from PIL import Image
+                          'tools/generation/sample.py write it.')['arr_0']
+        check_image_array(arr, f'arr_0 of {source!r}')
+        return arr[:limit]
     files = sorted(f for f in glob.glob(osp.join(source, '**', '*'), recursive=True)
                    if f.lower().endswith(IMAGE_EXTENSIONS))[:limit]
     if not files:
-        raise SystemExit(f'no images under {source!r}')
-    files = files[rank::world_size]
-    for i in range(0, len(files), batch):
-        arrays = []
-        for f in files[i:i + batch]:
-            with Image.open(f) as image:
-                arrays.append(center_crop_arr(image, size))
-        yield torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2)
+        raise SystemExit(f'error: no images ({", ".join(IMAGE_EXTENSIONS)}) under {source!r}')
+    return files
+
+
+def image_batches(images: np.ndarray | list[str], size: int, batch: int, rank: int = 0, world_size: int = 1):
+    """uint8 (B, 3, H, W) batches of :func:`image_source`'s images (files through ADM's centre crop at ``size``): of
+    every ``world_size``-th image from ``rank``."""
+    images = images[rank::world_size]
+    for i in range(0, len(images), batch):
+        if isinstance(images, np.ndarray):
+            arrays = np.ascontiguousarray(images[i:i + batch])
+        else:
+            arrays = np.stack([center_crop_arr(read_image(f), size) for f in images[i:i + batch]])
+        yield torch.from_numpy(arrays).permute(0, 3, 1, 2)
 
 
 def main() -> None:
@@ -61,10 +66,14 @@ def main() -> None:
     parser.add_argument('--launcher', choices=['none', 'pytorch'], default='none')
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     args = parser.parse_args()
+    problem = output_problem(args.out)
+    if problem:
+        raise SystemExit(f'error: out: {problem}')
+    source = image_source(args.source, args.limit)
     rank, world_size, args.device = init_tool_distributed(args.launcher, args.device)
     inception = FIDInception(args.inception).to(args.device)
     sums = {}
-    for images in image_batches(args.source, args.size, args.batch_size, args.limit, rank, world_size):
+    for images in image_batches(source, args.size, args.batch_size, rank, world_size):
         with torch.no_grad():
             sums = add_sums(sums, moment_sums(inception(images.to(args.device))[0]))
         print(f'rank {rank}: {int(sums["count"])} images', flush=True)

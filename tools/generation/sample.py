@@ -5,7 +5,10 @@ as one ADM-format ``.npz`` (``arr_0``: uint8 N x H x W x 3, and ``labels``) for 
 Sample i's label and noise depend on i alone, so the set is the same for any number of processes and batch size.
 Several processes (``torchrun ... --launcher pytorch``) take every W-th index each, as
 DiT's sample_ddp.py; each PNG is written whole (renamed into place), and a run started again skips the PNGs that
-exist. The ``.npz`` is assembled from the PNGs one image at a time (memory: one image).
+exist. The folder's ``sampling.json`` records what the samples depend on (the model config with its sampling
+settings and seed, the checkpoint's content, the labels' dataset, the number of samples): a run on a folder of
+samples drawn otherwise, or of PNGs without that record, is an error listing the differences. The ``.npz`` is
+assembled from the PNGs one image at a time (memory: one image).
 
     python tools/generation/sample.py configs/generation/wf_dit_s_2_in256.py work_dirs/wf_dit_s_2/iter_400000.pth \
         --num-samples 50000 --out work_dirs/wf_dit_s_2/samples --device cuda
@@ -14,6 +17,8 @@ exist. The ``.npz`` is assembled from the PNGs one image at a time (memory: one 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import os.path as osp
 import zipfile
@@ -27,6 +32,7 @@ from PIL import Image
 
 from mmwf.registry import DATASETS, MODELS
 from mmwf.utils import init_tool_distributed
+from mmwf.utils.arrays import read_image
 from mmwf.utils.checkpoint import atomic_write, load_state_dict_file, load_strict
 
 
@@ -41,10 +47,57 @@ def write_png(path: str, image: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
+RECORD = 'sampling.json'
+LABELS_CONFIG = 'configs/generation/wf_dit_s_2_in256.py'  # a config whose test_dataloader draws the labels
+
+
+def file_digest(path: str) -> str:
+    """sha256 of a file's content."""
+    digest = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for chunk in iter(lambda: f.read(1 << 24), b''):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sampling_record(cfg: Config, checkpoint: str, num_samples: int) -> dict:
+    """What the samples depend on, as plain data: not the batch size, the number of processes or the device."""
+    return json.loads(json.dumps(dict(model=cfg.model.to_dict(), labels=cfg.test_dataloader.dataset.to_dict(),
+                                      num_samples=num_samples, checkpoint_sha256=file_digest(checkpoint)),
+                                 default=str))
+
+
+def differences(recorded: object, current: object, key: str = '') -> list[str]:
+    """``'key: recorded -> current'`` for every leaf where two plain-data records differ."""
+    if isinstance(recorded, dict) and isinstance(current, dict):
+        return [line for k in sorted(set(recorded) | set(current), key=str)
+                for line in differences(recorded.get(k), current.get(k), f'{key}.{k}' if key else str(k))]
+    return [] if recorded == current else [f'{key}: {recorded!r} -> {current!r}']
+
+
+def check_out_folder(out: str, record: dict) -> bool:
+    """Whether ``out`` already holds this run's record; a folder of samples drawn otherwise, or of PNGs without a
+    record, is a SystemExit listing the differences."""
+    path = osp.join(out, RECORD)
+    if osp.isfile(path):
+        with open(path) as f:
+            changed = differences(json.load(f), record)
+        if changed:
+            raise SystemExit('\n'.join([
+                f'error: {out} holds samples drawn with other settings ({RECORD}); adding to them would mix two '
+                'sample sets:', *[f'  {line}' for line in changed[:12]],
+                'Sample into a new --out, or remove that folder to draw it again.']))
+        return True
+    if any(name.endswith('.png') for name in os.listdir(out)):
+        raise SystemExit(f'error: {out} holds PNGs but no {RECORD} saying what drew them; sample into a new --out, '
+                         'or remove them.')
+    return False
+
+
 def write_npz(path: str, out: str, labels: np.ndarray) -> None:
     """``arr_0`` (N x H x W x 3 uint8, from the PNGs 0..N-1 one at a time) and ``labels``, as ``np.savez`` lays them
     out (an uncompressed zip of ``.npy`` files)."""
-    first = np.asarray(Image.open(png_path(out, 0)).convert('RGB'))
+    first = np.asarray(read_image(png_path(out, 0)))
     shape = (len(labels), *first.shape)
 
     def write(f) -> None:
@@ -52,7 +105,7 @@ def write_npz(path: str, out: str, labels: np.ndarray) -> None:
             with archive.open('arr_0.npy', 'w', force_zip64=True) as member:
                 np.lib.format.write_array_header_2_0(member, dict(descr='|u1', fortran_order=False, shape=shape))
                 for i in range(len(labels)):
-                    image = np.asarray(Image.open(png_path(out, i)).convert('RGB'))
+                    image = np.asarray(read_image(png_path(out, i)))
                     if image.shape != first.shape:
                         raise ValueError(f'{png_path(out, i)} is {image.shape}, the others {first.shape}: remove it '
                                          f'and sample again')
@@ -84,14 +137,29 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     cfg = Config.fromfile(args.config)
     cfg.merge_from_dict(args.cfg_options)
+    if cfg.get('test_dataloader') is None or cfg.get('model', {}).get('type') != 'LatentDiffusion':
+        missing = 'test_dataloader (whose dataset draws the labels of the samples)' if cfg.get('model', {}).get(
+            'type') == 'LatentDiffusion' else f'a LatentDiffusion model (it has {cfg.get("model", {}).get("type")})'
+        raise SystemExit(f'error: {args.config} lacks {missing}; sample a generation config such as '
+                         f'{LABELS_CONFIG}')
+    if not osp.isfile(args.checkpoint):
+        raise SystemExit(f'error: checkpoint {args.checkpoint!r} not found')
+    os.makedirs(args.out, exist_ok=True)
+    if not os.access(args.out, os.W_OK):
+        raise SystemExit(f'error: --out {args.out} is not writable')
     init_default_scope(cfg.get('default_scope', 'mmengine'))
     if args.cfg_scale is not None:
         cfg.model.cfg_scale = args.cfg_scale
+    record = sampling_record(cfg, args.checkpoint, args.num_samples)
+    recorded = check_out_folder(args.out, record)
+    if world_size > 1:
+        dist.barrier()  # every rank has seen the folder as it was before rank 0 records this run
+    if rank == 0 and not recorded:
+        atomic_write(osp.join(args.out, RECORD), lambda f: json.dump(record, f, indent=1), mode='w')
     model = MODELS.build(cfg.model)
     load_strict(model, load_state_dict_file(args.checkpoint), args.checkpoint)
     model.to(args.device).eval()
     labels = DATASETS.build(dict(cfg.test_dataloader.dataset, num_samples=args.num_samples)).labels
-    os.makedirs(args.out, exist_ok=True)
     todo = [i for i in range(rank, len(labels), world_size) if not osp.isfile(png_path(args.out, i))]
     done = len(range(rank, len(labels), world_size)) - len(todo)
     if done:

@@ -18,6 +18,7 @@ from .write import (
     AtomicLocalBackend,
     atomic_save,
     atomic_write,
+    output_problem,
     plain_checkpoint,
     register_atomic_backend,
     restore_checkpoint,
@@ -27,6 +28,6 @@ __all__ = ['CheckpointError', 'CheckpointMismatchError', 'UnsafeCheckpointError'
            'enable_safe_mmengine_checkpoints', 'load_checkpoint_file', 'load_state_dict_file', 'load_weights_only',
            'read_state_dict', 'safe_checkpoint_globals', 'safe_loading', 'unwrap_state_dict', 'whole_model_part',
            'Mismatch',
-           'load_checked', 'load_strict', 'mismatch_lines', 'state_dict_mismatch', 'ATOMIC_BACKEND',
+           'load_checked', 'load_strict', 'mismatch_lines', 'state_dict_mismatch', 'ATOMIC_BACKEND', 'output_problem',
            'AtomicLocalBackend', 'atomic_save', 'atomic_write', 'plain_checkpoint', 'register_atomic_backend',
            'restore_checkpoint']

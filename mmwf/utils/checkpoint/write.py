@@ -57,6 +57,22 @@ def remove_stale_temporaries(folder: str) -> list[str]:
     return removed
 
 
+def output_problem(path: str) -> str | None:
+    """What keeps a file from being written at ``path`` (checked before a tool's work, not after it), or None: the
+    path is a folder, or its folder cannot be created or written."""
+    if os.path.isdir(path):
+        return f'{path} is a folder; give a file name'
+    folder = os.path.dirname(os.path.abspath(path))
+    existing = folder
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f'cannot create the folder {folder}: {existing} is a file'
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f'cannot write in {existing}'
+    return None
+
+
 def atomic_write(path: str, write: Callable, mode: str = 'wb') -> None:
     """Write a file so that it is either the old or the complete new one, never a part: ``write(f)`` fills a
     temporary file ``.NAME.HOST.PID.XXXXXXXX.tmp`` in the same folder, which is flushed, fsynced and renamed over
