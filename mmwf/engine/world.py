@@ -59,15 +59,22 @@ def global_batch(cfg: Config, world_size: int) -> int:
     return world_size * int(cfg.train_dataloader.batch_size) * accumulative_counts(cfg)
 
 
+def schedules_lr(scheduler: dict) -> bool:
+    """Whether a parameter scheduler config schedules the learning rate (mmengine's ``*LR`` types, or a generic one
+    with ``param_name='lr'``), not the momentum or the weight decay."""
+    kind = str(scheduler.get('type', ''))
+    return kind.endswith('LR') or (scheduler.get('param_name') == 'lr' and not kind.endswith('Momentum'))
+
+
 def scale_to_world(cfg: Config, world_size: int) -> list[str]:
     """Apply the config's reference rule (``auto_scale_lr.rule``, :data:`BATCH_RULES`) for ``world_size``
     processes, as ``tools/train.py --auto-scale-lr`` does; return what changed, one line each, for the log.
 
-    'linear' scales the optimizer's lr and every absolute ``eta_min`` of the schedulers (a relative warm-up follows
-    the lr by itself) by the global batch (accumulation included) over ``base_batch_size``; 'global_batch' sets the
-    per-GPU batch so that the global batch is ``base_batch_size``. mmengine's own scaling (lr only, accumulation not
-    counted) is then switched off: ``auto_scale_lr.enable`` is False and ``auto_scale_lr.scaled_for`` records the
-    world size."""
+    'linear' scales the optimizer's lr and the absolute ``eta_min`` of every lr scheduler (:func:`schedules_lr`; not
+    those of weight-decay or momentum schedules; a relative warm-up follows the lr by itself) by the global batch
+    (accumulation included) over ``base_batch_size``; 'global_batch' sets the per-GPU batch so that the global batch
+    is ``base_batch_size``. mmengine's own scaling (lr only, accumulation not counted) is then switched off:
+    ``auto_scale_lr.enable`` is False and ``auto_scale_lr.scaled_for`` records the world size."""
     scaling = cfg.get('auto_scale_lr')
     if not scaling or 'base_batch_size' not in scaling:
         raise ValueError('--auto-scale-lr: the config has no auto_scale_lr.base_batch_size (the global batch of its '
@@ -94,7 +101,7 @@ def scale_to_world(cfg: Config, world_size: int) -> list[str]:
         optimizer.lr *= ratio
         schedulers = cfg.get('param_scheduler') or []
         for i, scheduler in enumerate(schedulers if isinstance(schedulers, list) else [schedulers]):
-            if scheduler.get('eta_min'):
+            if scheduler.get('eta_min') and schedules_lr(scheduler):
                 changes.append(f'param_scheduler[{i}] ({scheduler.type}) eta_min {scheduler.eta_min:g} -> '
                                f'{scheduler.eta_min * ratio:g}')
                 scheduler.eta_min *= ratio

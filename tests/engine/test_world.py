@@ -74,6 +74,20 @@ def test_linear_rule_counts_accumulated_iterations():
     assert cfg.optim_wrapper.optimizer.lr == lr and cfg.param_scheduler[1].eta_min == eta_min
 
 
+def test_linear_rule_scales_the_lr_schedules_alone():
+    """A weight-decay and a momentum schedule keep their eta_min (the reference scales the lr and its minimum)."""
+    cfg = Config.fromfile(str(ROOT / 'configs/imagenet/weightformer_t_in1k.py'))
+    cosine = dict(cfg.param_scheduler[1])
+    cfg.param_scheduler += [dict(cosine, type='CosineAnnealingParamScheduler', param_name='weight_decay', eta_min=0.01),
+                            dict(cosine, type='CosineAnnealingMomentum', eta_min=0.85),
+                            dict(cosine, type='CosineAnnealingParamScheduler', param_name='lr', eta_min=1e-6)]
+    changes = scale_to_world(cfg, 4)  # 4 x 256 of the reference's 2048: x 0.5
+    assert [s.eta_min for s in cfg.param_scheduler[2:]] == [0.01, 0.85, 5e-7]
+    assert cfg.param_scheduler[1].eta_min == pytest.approx(cosine['eta_min'] / 2)
+    scaled = [line.split(' (')[0] for line in changes if 'eta_min' in line]
+    assert scaled == ['param_scheduler[1]', 'param_scheduler[4]']
+
+
 @pytest.mark.parametrize('world_size, per_gpu', [(1, 256), (2, 128), (8, 32), (32, 8), (64, 4)])
 def test_global_batch_rule_keeps_dits_256(world_size, per_gpu):
     cfg = Config.fromfile(str(ROOT / 'configs/generation/dit_b_2_in256.py'))
