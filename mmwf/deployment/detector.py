@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from mmwf.deployment.onnx import OPSET, ImageSession
+from mmwf.deployment.onnx import OPSET, ImageSession, graph_metadata, write_metadata
 
 
 def decode_deltas(priors: Tensor, deltas: Tensor, coder: nn.Module, img_shape: Tensor) -> Tensor:
@@ -160,8 +160,9 @@ class CascadeMaskRCNNGraph(nn.Module):
         return boxes, scores, labels, masks
 
 
-def export_detector(model: nn.Module, size: tuple[int, int], out: str, opset: int = OPSET) -> str:
-    """Export ``model``'s :class:`CascadeMaskRCNNGraph` at the padded input size ``size`` (H, W) to ``out``."""
+def export_detector(model: nn.Module, size: tuple[int, int], out: str, opset: int = OPSET, cfg=None) -> str:
+    """Export ``model``'s :class:`CascadeMaskRCNNGraph` at the padded input size ``size`` (H, W) to ``out``, with
+    :func:`~mmwf.deployment.onnx.graph_metadata` of its config ``cfg`` when given."""
     graph = CascadeMaskRCNNGraph(model)
     weight = next(model.parameters())
     image = torch.randn(1, 3, *size, dtype=weight.dtype, device=weight.device)
@@ -176,6 +177,8 @@ def export_detector(model: nn.Module, size: tuple[int, int], out: str, opset: in
         warnings.filterwarnings('ignore', category=torch.jit.TracerWarning)
         torch.onnx.export(graph, (image, img_shape), out, dynamo=False, opset_version=opset,
                           input_names=['image', 'img_shape'], output_names=['boxes', 'scores', 'labels', 'masks'])
+    if cfg is not None:
+        write_metadata(out, graph_metadata(cfg, 'detector', size))
     return out
 
 
@@ -192,16 +195,17 @@ def paste_masks(masks: Tensor, boxes: Tensor, ori_shape: tuple[int, int], thresh
 
 class DetectorSession(ImageSession):
     """An exported :class:`CascadeMaskRCNNGraph` run by ONNX Runtime on image files, with the config's test pipeline
-    and data preprocessor before it and mmdet's rescaling and mask pasting after it. Needs the config, not the
-    weights.
+    and data preprocessor before it and mmdet's rescaling and mask pasting after it.
 
     Args:
         path (str): the ONNX file.
-        config (str): the detector's config (test pipeline, data preprocessor, ``mask_thr_binary``).
+        config (str, optional): the detector's config (test pipeline, data preprocessor, ``mask_thr_binary``).
+            Defaults to None (the one the export wrote into the file).
         providers (list[str], optional): ONNX Runtime execution providers. Defaults to the CPU's.
     """
 
     SCOPE = 'mmdet'
+    TASK = 'detector'
 
     def inputs(self, image: str) -> tuple[Tensor, dict]:
         """The preprocessed (1, 3, H, W) batch of one image file and its metainfo; the size must be the graph's."""

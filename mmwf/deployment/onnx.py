@@ -13,6 +13,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+TASKS = {'mmpretrain': 'classifier', 'mmdet': 'backbone+neck', 'mmseg': 'segmentor'}  # by the config's scope
 OPSET = 20  # GELU as one op (ONNX Runtime runs it fused; a function op, expanded where a runtime lacks it)
 
 
@@ -41,15 +42,16 @@ class ExportWrapper(nn.Module):
 
 def exportable_model(config: str, checkpoint: str | None = None) -> tuple[ExportWrapper, dict]:
     """The config's model (random weights, or ``checkpoint`` loaded strictly) wrapped for export, and facts the
-    export needs: ``kind``, ``stride`` (the input size must be a multiple of it) and ``min_size`` (smallest side)."""
+    export needs: ``kind``, ``stride`` (the input size must be a multiple of it), ``min_size`` (smallest side) and
+    ``config`` (the Config, whose facts :func:`export_onnx` writes into the file)."""
     from mmwf.configs import build_task_model, task_model_config
     from mmwf.utils.checkpoint import load_state_dict_file, load_strict
     cfg, model_cfg = task_model_config(config)
     model = build_task_model(cfg.default_scope, model_cfg).eval()
     if checkpoint:
         load_strict(model, load_state_dict_file(checkpoint), checkpoint)
-    kind = {'mmpretrain': 'classifier', 'mmdet': 'backbone+neck', 'mmseg': 'segmentor'}[cfg.default_scope]
-    return ExportWrapper(model, kind), export_facts(model.backbone, kind)
+    kind = TASKS[cfg.default_scope]
+    return ExportWrapper(model, kind), dict(export_facts(model.backbone, kind), config=cfg)
 
 
 def export_facts(backbone: nn.Module, kind: str) -> dict:
@@ -79,7 +81,8 @@ def dynamic_shapes(facts: dict, max_size: int = 4096, max_batch: int = 1024) -> 
 def export_onnx(module: nn.Module, shape: tuple[int, int], out: str, facts: dict, dynamic: bool = False,
                 opset: int = OPSET) -> str:
     """Export ``module`` (in eval mode) at input (1, 3, H, W) (batch 2 when dynamic; on the device and in the dtype
-    of its weights) with the dynamo exporter to ``out``."""
+    of its weights) with the dynamo exporter to ``out``, with :func:`graph_metadata` where ``facts`` hold the
+    config."""
     if module.training:
         raise ValueError(f'{type(module).__name__} is in training mode: call .eval() before exporting (dropout, drop '
                          'path and batch statistics are training-only)')
@@ -90,6 +93,8 @@ def export_onnx(module: nn.Module, shape: tuple[int, int], out: str, facts: dict
                                     dynamic_shapes=dynamic_shapes(facts) if dynamic else None)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     program.save(out)
+    if facts.get('config') is not None:
+        write_metadata(out, graph_metadata(facts['config'], facts['kind'], shape))
     return out
 
 
@@ -111,34 +116,123 @@ def check_onnx(path: str, module: nn.Module, shapes: list[tuple[int, int, int, i
     return diffs
 
 
+# what each kind of graph returns, written into the file (``mmwf.outputs``)
+OUTPUTS = {
+    'classifier': 'logits (B, classes)',
+    'backbone+neck': "the neck's level maps (B, C, H / s, W / s), finest first",
+    'segmentor': "the decode head's logits (B, classes, H / 4, W / 4), before resizing to the image",
+    'detector': 'boxes (n, 4) x1 y1 x2 y2 in the padded input\'s pixels, scores (n,), labels (n,) int64 indices of '
+                'mmwf.classes, masks (n, 28, 28) mask probabilities of each box\'s class',
+}
+
+
+def config_classes(cfg) -> list[str]:
+    """The classes a config's model predicts: its test dataset's ``metainfo`` classes, else its dataset type's."""
+    from mmengine.registry import DATASETS, DefaultScope
+    dataset = (cfg.get('test_dataloader') or cfg.get('val_dataloader') or {}).get('dataset', {})
+    while 'dataset' in dataset:  # wrappers
+        dataset = dataset['dataset']
+    classes = (dataset.get('metainfo') or {}).get('classes')
+    if classes:
+        return [str(c) for c in classes]
+    with DefaultScope.overwrite_default_scope(cfg.get('default_scope', 'mmengine')):
+        kind = DATASETS.get(dataset.get('type', '')) if dataset.get('type') else None
+    return [str(c) for c in (getattr(kind, 'METAINFO', {}) or {}).get('classes', ())]
+
+
+def graph_metadata(cfg, task: str, size: tuple[int, int]) -> dict[str, str]:
+    """What a deployed graph needs beside its weights, as ONNX metadata (strings): the task, the classes, the data
+    preprocessor's mean and std, the export input size, what the outputs are, and the whole config (its test
+    pipeline and test settings), so that the file is used without the config."""
+    import json
+
+    from mmwf.version import __version__
+    pre = cfg.model.get('data_preprocessor') or cfg.get('data_preprocessor') or {}
+    return {'mmwf.task': task, 'mmwf.classes': json.dumps(config_classes(cfg)),
+            'mmwf.mean': json.dumps(list(pre.get('mean', []))), 'mmwf.std': json.dumps(list(pre.get('std', []))),
+            'mmwf.input_size': f'{size[0]} {size[1]}', 'mmwf.outputs': OUTPUTS[task],
+            'mmwf.config': cfg.pretty_text, 'mmwf.version': __version__}
+
+
+def write_metadata(path: str, metadata: dict[str, str]) -> None:
+    """Add ``metadata`` to the ONNX file's ``metadata_props`` (written again whole)."""
+    import onnx
+
+    from mmwf.utils.checkpoint import atomic_write
+    model = onnx.load(path)
+    onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props}, **metadata})
+    atomic_write(path, lambda f: f.write(model.SerializeToString()))
+
+
+def preprocessing(cfg, scope: str) -> tuple:
+    """The config's test pipeline (without its annotations) and data preprocessor, built under ``scope`` for that
+    moment only (the process's current scope is left as it was)."""
+    from mmengine.dataset import Compose
+    from mmengine.registry import MODELS, DefaultScope
+    with DefaultScope.overwrite_default_scope(scope):
+        return (Compose([t for t in cfg.test_pipeline if t['type'] != 'LoadAnnotations']),
+                MODELS.build(cfg.model.data_preprocessor))
+
+
+def preprocess(pipeline, preprocessor, image: str) -> tuple[torch.Tensor, dict]:
+    """The preprocessed (1, 3, H, W) batch of one image file and its metainfo."""
+    data = pipeline(dict(img_path=image, img_id=0))
+    data = preprocessor(dict(inputs=[data['inputs']], data_samples=[data['data_samples']]), False)
+    return data['inputs'], data['data_samples'][0].metainfo
+
+
+def preprocessed_sizes(cfg, scope: str, image_sizes: tuple[tuple[int, int], ...] = ((480, 640), (640, 427))
+                       ) -> set[tuple[int, int]]:
+    """The input sizes the config's test preprocessing gives images of ``image_sizes`` (H, W): one size where it pads
+    to a fixed size, several where the size follows the image."""
+    import tempfile
+
+    from PIL import Image
+    pipeline, preprocessor = preprocessing(cfg, scope)
+    sizes = set()
+    with tempfile.TemporaryDirectory() as folder:
+        for h, w in image_sizes:
+            path = os.path.join(folder, f'{h}x{w}.png')
+            Image.new('RGB', (w, h)).save(path)
+            sizes.add(tuple(preprocess(pipeline, preprocessor, path)[0].shape[2:]))
+    return sizes
+
+
 class ImageSession:
     """An exported graph run by ONNX Runtime on image files, after the config's test pipeline (without its
-    annotations) and data preprocessor. Needs the config, not the weights.
+    annotations) and data preprocessor; the config is the one the export wrote into the file (``mmwf.config``),
+    or ``config``. A graph of another task is refused.
 
     Args:
         path (str): the ONNX file.
-        config (str): the model's config.
+        config (str, optional): the model's config. Defaults to None (the file's own).
         providers (list[str], optional): ONNX Runtime execution providers. Defaults to the CPU's.
     """
 
     SCOPE = ''  # the config's codebase (its registry of models): set by each subclass
+    TASK = ''  # the graph's task (``mmwf.task``): set by each subclass
 
-    def __init__(self, path: str, config: str, providers: list[str] | None = None) -> None:
+    def __init__(self, path: str, config: str | None = None, providers: list[str] | None = None) -> None:
         import onnxruntime as ort
         from mmengine.config import Config
-        from mmengine.dataset import Compose
-        from mmengine.registry import MODELS, DefaultScope
-        self.cfg = Config.fromfile(config)
-        with DefaultScope.overwrite_default_scope(self.SCOPE):  # the config's names, leaving the process's scope
-            self.pipeline = Compose([t for t in self.cfg.test_pipeline if t['type'] != 'LoadAnnotations'])
-            self.preprocessor = MODELS.build(self.cfg.model.data_preprocessor)
         self.session = ort.InferenceSession(path, providers=providers or ['CPUExecutionProvider'])
+        self.metadata = dict(self.session.get_modelmeta().custom_metadata_map)
+        task = self.metadata.get('mmwf.task')
+        if task is not None and task != self.TASK:
+            raise ValueError(f'{path} is a {task} graph (its mmwf.task); {type(self).__name__} runs a {self.TASK}')
+        if config is None and 'mmwf.config' not in self.metadata:
+            raise ValueError(f'{path} holds no config (exported before mmwf wrote its metadata): give the config it '
+                             'was exported from')
+        self.cfg = (Config.fromfile(config) if config is not None
+                    else Config.fromstring(self.metadata['mmwf.config'], '.py'))
+        self.pipeline, self.preprocessor = preprocessing(self.cfg, self.SCOPE)
 
     def inputs(self, image: str) -> tuple[torch.Tensor, dict]:
-        """The preprocessed (1, 3, H, W) batch of one image file and its metainfo."""
-        data = self.pipeline(dict(img_path=image, img_id=0))
-        data = self.preprocessor(dict(inputs=[data['inputs']], data_samples=[data['data_samples']]), False)
-        return data['inputs'], data['data_samples'][0].metainfo
+        """The preprocessed (1, 3, H, W) batch of one image file and its metainfo (an unreadable file is an error
+        naming it)."""
+        from mmwf.utils.arrays import read_image
+        read_image(image)
+        return preprocess(self.pipeline, self.preprocessor, image)
 
     def predict(self, inputs: torch.Tensor, meta: dict):
         """The prediction for one preprocessed image (``inputs`` and ``meta`` from :meth:`inputs`)."""

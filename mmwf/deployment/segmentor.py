@@ -18,14 +18,15 @@ class SegmentorSession(ImageSession):
 
     Args:
         path (str): the ONNX file (a graph of static size: the sliding window's crop, or the padded image).
-        config (str): the segmentor's config (test pipeline, data preprocessor, ``test_cfg``, the decode head's
-            ``align_corners``).
+        config (str, optional): the segmentor's config (test pipeline, data preprocessor, ``test_cfg``, the decode
+            head's ``align_corners``). Defaults to None (the one the export wrote into the file).
         providers (list[str], optional): ONNX Runtime execution providers. Defaults to the CPU's.
     """
 
     SCOPE = 'mmseg'
+    TASK = 'segmentor'
 
-    def __init__(self, path: str, config: str, providers: list[str] | None = None) -> None:
+    def __init__(self, path: str, config: str | None = None, providers: list[str] | None = None) -> None:
         super().__init__(path, config, providers)
         self.test_cfg = self.cfg.model.test_cfg
         self.align_corners = self.cfg.model.decode_head.get('align_corners', False)

@@ -188,3 +188,56 @@ def test_tool_deploys_the_detector_and_checks_it_on_images(detector, images, tmp
     assert re.search(r'latency on .*: deployed \(ONNX Runtime\) [0-9.]+ s, PyTorch predict [0-9.]+ s', res.stdout)
     res = subprocess.run([*cmd, '--images', images[0][0]], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode != 0 and 'add --end2end' in res.stderr
+
+
+@pytest.mark.slow
+def test_the_graph_describes_itself_and_runs_without_its_config(detector, images, tmp_path):
+    """The export writes the task, classes, mean / std, input size, what the outputs are and the config into the
+    file; the session runs from the file alone as from the config, and a session of another task refuses it."""
+    import json
+
+    import onnxruntime as ort
+    config, model = detector
+    cfg = Config.fromfile(config)
+    path = export_detector(model, (128, 128), str(tmp_path / 'det.onnx'), cfg=cfg)
+    meta = ort.InferenceSession(path, providers=['CPUExecutionProvider']).get_modelmeta().custom_metadata_map
+    assert meta['mmwf.task'] == 'detector' and meta['mmwf.input_size'] == '128 128'
+    assert json.loads(meta['mmwf.classes']) == list(cfg.test_dataloader.dataset.metainfo.classes)
+    assert json.loads(meta['mmwf.mean']) == list(cfg.model.data_preprocessor.mean)
+    assert json.loads(meta['mmwf.std']) == list(cfg.model.data_preprocessor.std)
+    assert 'labels (n,) int64 indices of mmwf.classes' in meta['mmwf.outputs']
+    alone, with_config = DetectorSession(path)(images[0][0]), DetectorSession(path, config)(images[0][0])
+    assert all(torch.equal(alone[k], with_config[k]) for k in alone)
+    with pytest.raises(ValueError, match=r'det.onnx is a detector graph \(its mmwf.task\); SegmentorSession runs a '
+                                         r'segmentor'):
+        SegmentorSession(path)
+    broken = tmp_path / 'broken.jpg'
+    broken.write_bytes(Path(images[0][0]).read_bytes()[:300])
+    with pytest.raises(ValueError, match=r"cannot read image '.*broken.jpg'"):
+        DetectorSession(path)(str(broken))
+
+
+@pytest.mark.slow
+def test_tool_checks_its_arguments_before_exporting_and_refuses_a_check_of_nothing(detector, images, tmp_path):
+    config, model = detector
+    out = tmp_path / 'det.onnx'
+    cmd = [sys.executable, 'tools/deployment/pytorch2onnx.py', config, '--out', str(out), '--end2end']
+    res = subprocess.run([*cmd, '--shape', '256', '256'], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode != 0 and not out.exists()
+    assert 'error: --shape 256 256' in res.stderr and 'preprocesses images to 128 128' in res.stderr
+    res = subprocess.run([*cmd, '--shape', '128', '128', '--images', str(tmp_path / 'nope.jpg')], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert res.returncode != 0 and 'nope.jpg not found' in res.stderr and not out.exists()
+    threshold = model.roi_head.test_cfg.score_thr
+    model.roi_head.test_cfg.score_thr = 1.0  # a checkpoint that detects nothing
+    try:
+        torch.save(dict(state_dict=model.state_dict()), tmp_path / 'w.pth')
+    finally:
+        model.roi_head.test_cfg.score_thr = threshold
+    cfg = Config.fromfile(config)
+    cfg.model.test_cfg.rcnn.score_thr = 1.0
+    cfg.dump(str(tmp_path / 'none.py'))
+    res = subprocess.run([sys.executable, 'tools/deployment/pytorch2onnx.py', str(tmp_path / 'none.py'),
+                          str(tmp_path / 'w.pth'), '--out', str(out), '--end2end', '--shape', '128', '128',
+                          '--images', *images[0][:2]], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode != 0 and 'no detection on any image, in PyTorch or deployed' in res.stderr

@@ -23,11 +23,17 @@ NMS and RoIAlign as ONNX operators) at the padded size the config's pipeline giv
 runs it with mmdet's pre- and post-processing. With ``--images`` the tool compares, per image, the deployed
 detections with the model's ``predict`` (count, labels, boxes within --box-rtol, masks' IoU above --mask-iou), or a
 segmentor's label maps (``mmwf.deployment.SegmentorSession``: sliding window or whole image as the config tests) with
-at least --label-agreement of the pixels equal, and fails otherwise.
+at least --label-agreement of the pixels equal, and fails otherwise; a check with no detection on any image fails.
+
+Every file carries its description as ONNX metadata (``mmwf.task``, ``mmwf.classes``, ``mmwf.mean``, ``mmwf.std``,
+``mmwf.input_size``, ``mmwf.outputs`` and the whole config as ``mmwf.config``), so the sessions run it without the
+config. The arguments (``--out``, ``--images``, ``--shape`` against the size the config's test pipeline pads to)
+are checked before the export.
 """
 from __future__ import annotations
 
 import argparse
+import os.path as osp
 import statistics
 
 import torch
@@ -42,9 +48,11 @@ from mmwf.deployment import (
     export_onnx,
     exportable_model,
     label_agreement,
+    preprocessed_sizes,
     pytorch_detections,
     pytorch_label_map,
 )
+from mmwf.utils.checkpoint import output_problem
 
 
 def latency(path: str, module: torch.nn.Module, shape: tuple[int, ...], rounds: int) -> tuple[float, float]:
@@ -81,6 +89,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--label-agreement', type=float, default=0.999, help='smallest share of equal pixels '
                         'allowed in a label map')
     args = parser.parse_args(argv)
+    problem = output_problem(args.out)
+    if problem:
+        raise SystemExit(f'error: --out: {problem}')
+    missing = [image for image in args.images or [] if not osp.isfile(image)]
+    if missing:
+        raise SystemExit(f'error: --images: {", ".join(missing)} not found')
     module, facts = exportable_model(args.config, args.checkpoint)
     shape = tuple(args.shape)
     if any(s % facts['stride'] or s < facts['min_size'] for s in shape):
@@ -98,7 +112,14 @@ def main(argv: list[str] | None = None) -> None:
                              'drop --dynamic')
         if args.latency and not args.images:
             raise SystemExit('error: --end2end --latency times the deployed detector on an image: add --images')
-        export_detector(module.model, shape, args.out)
+        sizes = preprocessed_sizes(facts['config'], 'mmdet')
+        if sizes != {shape}:
+            padded = ' or '.join(f'{h} {w}' for h, w in sorted(sizes))
+            raise SystemExit(f'error: --shape {shape[0]} {shape[1]}: {args.config} preprocesses images to {padded} '
+                             + ('(its test pipeline pads to a fixed size): export at --shape that size'
+                                if len(sizes) == 1 else '(the size follows the image): an end-to-end graph is static; '
+                                'pad to a fixed size in the test pipeline (mmdet\'s Pad with size=...)'))
+        export_detector(module.model, shape, args.out, cfg=facts['config'])
         print(f'wrote {args.out} (detector end to end, {shape[0]} x {shape[1]})')
         if args.images:
             session = check_detector(args, module.model)
@@ -149,16 +170,20 @@ def check_detector(args: argparse.Namespace, model: torch.nn.Module) -> Detector
     """Compare the deployed detections with the model's ``predict`` on each of ``args.images``; exit on a failure,
     else return the session."""
     session = DetectorSession(args.out, args.config)
-    failures = []
+    failures, compared = [], 0
     for image in args.images:
         inputs, meta = session.inputs(image)
         d = compare_detections(pytorch_detections(model, inputs, meta), session.predict(inputs, meta))
         print(f'{image}: {d["count"][0]} detections in PyTorch, {d["count"][1]} deployed, {d["paired"]} paired '
               f'(same label, box IoU > 0.5); largest relative box difference {d["box_rel"]:.1e}; score difference '
               f'{d["score_abs"]:.1e}; smallest mask IoU {d["mask_iou"]:.4f}')
+        compared += d['count'][0] + d['count'][1]
         if not d['count'][0] == d['count'][1] == d['paired'] or d['box_rel'] > args.box_rtol \
                 or d['mask_iou'] < args.mask_iou:
             failures.append(image)
+    if not compared:
+        raise SystemExit('error: no detection on any image, in PyTorch or deployed: the check compared nothing. Give '
+                         'the trained checkpoint (random weights score below the threshold) and images of its classes')
     if failures:
         raise SystemExit(f'error: the deployed detector differs from PyTorch on {", ".join(failures)} (a detection '
                          f'without its pair, boxes beyond --box-rtol {args.box_rtol} or masks below --mask-iou '
