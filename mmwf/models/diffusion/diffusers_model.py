@@ -13,6 +13,8 @@ diffusers' ``DiTTransformer2DModel`` that ``DiTPipeline`` uses: ``config.sample_
 """
 from __future__ import annotations
 
+import logging
+
 import torch
 from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
@@ -61,6 +63,30 @@ class MMWFTransformer2DModel(ModelMixin, ConfigMixin):
             type=denoiser_type, arch=arch, patch_size=patch_size, input_size=sample_size, in_channels=in_channels,
             num_classes=num_classes, learn_sigma=learn_sigma, mlp_ratio=mlp_ratio,
             class_dropout_prob=class_dropout_prob, **(denoiser_kwargs or {})))
+
+    @classmethod
+    def from_pretrained(cls, *args, strict: bool = True, **kwargs):
+        """diffusers' ``from_pretrained``, strict where diffusers is lenient (it leaves missing, unexpected and
+        mis-shaped keys to a warning or to random weights): any of them is a ``CheckpointMismatchError`` naming the
+        folder and the keys; ``strict=False`` loads what fits and logs the rest. ``DiTPipeline.from_pretrained``
+        loads its transformer through this."""
+        from mmengine.logging import print_log
+
+        from mmwf.utils.checkpoint import CheckpointMismatchError
+        wanted = kwargs.pop('output_loading_info', False)
+        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        faults = [f'{kind.replace("_", " ")} ({len(keys)}): {", ".join(map(str, keys[:8]))}'
+                  for kind, keys in info.items() if keys]
+        if faults and strict:
+            source = args[0] if args else kwargs.get('pretrained_model_name_or_path')
+            raise CheckpointMismatchError('\n'.join([
+                f'{source} does not match {cls.__name__} as its config.json builds it:', *faults,
+                'Save the model again with save_pretrained, or pass strict=False to load what fits on purpose '
+                '(logged).']))
+        if faults:
+            print_log('\n'.join(['strict=False: loaded what fits; left out:', *faults]), logger='current',
+                      level=logging.WARNING)
+        return (model, info) if wanted else model
 
     @classmethod
     def from_denoiser(cls, denoiser: torch.nn.Module, **denoiser_kwargs) -> MMWFTransformer2DModel:

@@ -140,3 +140,25 @@ def test_pipeline_labels_are_the_models_classes_and_its_unconditional_label(vae_
     with pytest.raises(ValueError, match=r'class labels \[3\] are not classes of this model \(3: 0 to 2\); 1000 is '
                                          r"DiTPipeline's unconditional label"):
         pipe(class_labels=[3], guidance_scale=1.0, num_inference_steps=4, output_type='pt')
+
+
+def test_from_pretrained_is_strict(tmp_path):
+    """diffusers warns of unexpected keys and leaves missing ones random; the transformer's from_pretrained refuses
+    both, naming the keys, and strict=False is the explicit opt-out."""
+    from safetensors.torch import load_file, save_file
+
+    from mmwf.models.diffusion.diffusers_model import MMWFTransformer2DModel
+    from mmwf.utils.checkpoint import CheckpointMismatchError
+    model = MMWFTransformer2DModel.from_denoiser(LatentDiffusion(small(input_size=4, in_channels=4)).denoiser)
+    model.save_pretrained(tmp_path / 'ok')
+    MMWFTransformer2DModel.from_pretrained(tmp_path / 'ok')
+    model.save_pretrained(tmp_path / 'bad')
+    weights = tmp_path / 'bad' / 'diffusion_pytorch_model.safetensors'
+    state = load_file(str(weights))
+    state['denoiser.extra'] = state.pop('denoiser.final_layer.linear.bias')
+    save_file(state, str(weights))
+    with pytest.raises(CheckpointMismatchError, match=r'(?s)does not match MMWFTransformer2DModel.*missing keys \(1\): '
+                                                      r'denoiser.final_layer.linear.bias.*unexpected keys \(1\)'):
+        MMWFTransformer2DModel.from_pretrained(tmp_path / 'bad')
+    loaded = MMWFTransformer2DModel.from_pretrained(tmp_path / 'bad', strict=False)
+    assert torch.equal(loaded.denoiser.x_embedder.proj.weight, model.denoiser.x_embedder.proj.weight)
