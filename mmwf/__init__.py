@@ -5,8 +5,7 @@ warns, never raises: the train / test tools refuse a broken stack) and registers
 names. It changes nothing else in the process: mmengine's checkpoint loaders and file backends, torch's
 weights-only allow-list and every existing registry entry stay as they were. What mmwf guarantees for checkpoints
 (weights-only reads, strict loads, atomic writes) it does in its own runs (hooks its configs select), tools and
-functions; :func:`mmwf.utils.enable_safe_mmengine_checkpoints` opts the whole process in. ``mmwf.analysis``
-(counting, benchmarks) is imported by the tools that use it.
+functions. ``mmwf.analysis`` (counting, benchmarks) is imported by the tools that use it.
 """
 from .utils import check_stack
 from .version import __version__

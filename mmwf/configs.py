@@ -94,12 +94,14 @@ def task_model_config(config: str):
 
 
 def build_task_model(scope: str, model_cfg) -> nn.Module:
-    """``model_cfg`` built by the registry of ``scope`` (``'mmdet'``, ``'mmseg'``), that scope made the default."""
+    """``model_cfg`` built by the registry of ``scope`` (``'mmdet'``, ``'mmseg'``), that scope the default while it
+    builds (the process's current scope is left as it was)."""
     from importlib import import_module
 
-    from mmengine.registry import init_default_scope
-    init_default_scope(scope)
-    return import_module(f'{scope}.registry').MODELS.build(model_cfg)
+    from mmengine.registry import DefaultScope
+    registry = import_module(f'{scope}.registry').MODELS
+    with DefaultScope.overwrite_default_scope(scope):
+        return registry.build(model_cfg)
 
 
 def main(argv: list[str] | None = None) -> None:

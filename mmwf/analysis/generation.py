@@ -61,8 +61,9 @@ def train_classifier(images: torch.Tensor, labels: torch.Tensor, num_classes: in
     """:class:`DemoClassifier` trained from scratch (AdamW 1e-3, batch 32, random flips, colour channels shuffled
     per image: :func:`shuffle_colours`), eval mode."""
     generator = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    model = DemoClassifier(num_classes)
+    with torch.random.fork_rng(devices=[]):  # the initial weights from ``seed``, torch's own generator left as it was
+        torch.manual_seed(seed)
+        model = DemoClassifier(num_classes)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
     model.train()
     for _ in range(steps):

@@ -50,7 +50,11 @@ class Workload:
 
     def samples(self, size: tuple[int, int], train: bool) -> dict:
         """A preprocessed batch of images of ``size`` (with boxes and masks, or label maps)."""
-        torch.manual_seed(0)
+        with torch.random.fork_rng(devices=[]):  # the same batch every time, torch's own generator left as it was
+            torch.manual_seed(0)
+            return self._samples(size, train)
+
+    def _samples(self, size: tuple[int, int], train: bool) -> dict:
         if self.scope == 'mmdet':
             from mmdet.testing import demo_mm_inputs
             packed = demo_mm_inputs(batch_size=self.batch, image_shapes=[(3, *size)] * self.batch,

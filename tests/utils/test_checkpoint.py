@@ -102,24 +102,6 @@ def test_state_dict_unwrapping(tmp_path):
         assert torch.equal(load_state_dict_file(str(path))['a'], sd['a'])
 
 
-def test_opting_in_makes_mmengines_loading_weights_only_and_warns_about_the_override(tmp_path):
-    """``import mmwf`` leaves mmengine's loaders alone; enable_safe_mmengine_checkpoints() routes them through mmwf's
-    (errors naming the file) and warns when TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set; loading stays weights-only."""
-    import subprocess
-    import sys
-    marker, path = tmp_path / 'pwned', tmp_path / 'evil.pth'
-    torch.save({'x': Evil(str(marker))}, path)
-    script = ('import mmwf\nfrom mmengine.runner import CheckpointLoader\n'
-              'from mmwf.utils import enable_safe_mmengine_checkpoints\n'
-              'assert CheckpointLoader._schemes[""].__module__ == "mmengine.runner.checkpoint"\n'
-              'enable_safe_mmengine_checkpoints()\n'
-              f'CheckpointLoader.load_checkpoint({str(path)!r})')
-    res = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
-                         env=dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD='1'))
-    assert 'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set' in res.stderr
-    assert res.returncode != 0 and 'UnsafeCheckpointError' in res.stderr and not marker.exists()
-
-
 def test_an_earlier_mmwf_checkpoint_with_an_empty_history_buffer_loads(tmp_path, monkeypatch):
     """Checkpoints written before the plain format pickled buffers as data (no statistics functions). Pickle protocol
     2 writes a zero-size array's data as ``bytes()``: mmwf's reads allow it (it can only make bytes)."""

@@ -2,7 +2,6 @@
 from .errors import CheckpointError, CheckpointMismatchError, UnsafeCheckpointError, diagnose
 from .read import (
     checkpoint_problem,
-    enable_safe_mmengine_checkpoints,
     load_checkpoint_file,
     load_state_dict_file,
     load_weights_only,
@@ -25,7 +24,7 @@ from .write import (
 )
 
 __all__ = ['CheckpointError', 'CheckpointMismatchError', 'UnsafeCheckpointError', 'diagnose', 'checkpoint_problem',
-           'enable_safe_mmengine_checkpoints', 'load_checkpoint_file', 'load_state_dict_file', 'load_weights_only',
+           'load_checkpoint_file', 'load_state_dict_file', 'load_weights_only',
            'read_state_dict', 'safe_checkpoint_globals', 'safe_loading', 'unwrap_state_dict', 'whole_model_part',
            'Mismatch',
            'load_checked', 'load_strict', 'mismatch_lines', 'state_dict_mismatch', 'ATOMIC_BACKEND', 'output_problem',

@@ -5,14 +5,13 @@ mmengine's ``torchvision://`` / ``open-mmlab://`` / ``mmcls://`` names) goes thr
 torch >= 2.6 loads with ``weights_only=True``, which refuses every global that is not allow-listed. Checkpoints
 written by mmwf runs hold none (:mod:`.content`); older mmengine training checkpoints hold ``HistoryBuffer`` objects
 and numpy values, which mmwf's own reads allow for the duration of the read (:func:`safe_loading`) and nowhere
-else. :func:`enable_safe_mmengine_checkpoints` is the one opt-in that makes this process-wide.
+else.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import re
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.error import URLError
@@ -245,28 +244,3 @@ def whole_model_part(state: dict[str, torch.Tensor], source: str) -> dict[str, t
     print_log(f'{source}: a whole-model checkpoint; using its {len(kept)} {prefix!r} tensors'
               + (f', not the {len(others)} of {modules_of(others)}' if others else ''), logger='current')
     return kept
-
-
-def _mmengine_loader(address: str, map_location: str | torch.device | None = None) -> object:
-    return load_checkpoint_file(address, map_location or 'cpu')
-
-
-def enable_safe_mmengine_checkpoints() -> None:
-    """Opt in, for the whole process, to what mmwf does in its own runs and tools: every checkpoint mmengine loads
-    (local files and every download scheme it knows) read weights-only through :func:`load_checkpoint_file`, the
-    older mmengine training-checkpoint types allowed in every ``torch.load``, ``HistoryBuffer`` pickled as plain
-    data, and mmengine's ``local`` file backend writing checkpoints atomically. ``import mmwf`` does none of this.
-    Replaces mmengine's own loaders and backend (``force=True``); call it once, from your entry point."""
-    from mmengine.fileio.backends import register_backend
-    from mmengine.runner import CheckpointLoader
-
-    from .write import AtomicLocalBackend
-    if os.environ.get('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '0').lower() not in ('', '0', 'false', 'off', 'no'):
-        warnings.warn('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set: torch.load calls that do not pass weights_only run '
-                      'code stored in checkpoints. Unset it unless another tool needs it.', stacklevel=2)
-    HistoryBuffer.__getstate__ = lambda self: {k: v for k, v in self.__dict__.items() if k != 'statistics_methods'}
-    torch.serialization.add_safe_globals(safe_checkpoint_globals())
-    for prefixes in ('', ('http://', 'https://'), ('torchvision://', 'modelzoo://'),
-                     ('open-mmlab://', 'openmmlab://'), 'mmcls://'):
-        CheckpointLoader.register_scheme(prefixes=prefixes, loader=_mmengine_loader, force=True)
-    register_backend('local', AtomicLocalBackend, force=True, prefixes='')
