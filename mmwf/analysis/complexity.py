@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os.path as osp
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from math import prod
 
 import torch
@@ -39,22 +38,13 @@ def count_flops(model: nn.Module, inputs: torch.Tensor | tuple) -> int:
     return int(flop_analyzer(model, inputs).total())
 
 
-@contextmanager
-def released_order(model: nn.Module) -> Iterator[nn.Module]:
+def released_order(model: nn.Module) -> contextlib.AbstractContextManager[nn.Module]:
     """Evaluate every dynamic linear with a choice of order (Bilateral, eq. 8, and the correlation strategies,
-    eqs. 5-7) in the token order (same outputs): the release's for Bilateral, the one whose FLOPs the paper's
-    Table 2 reports for eqs. 5-7; e.g. to count FLOPs under the paper's convention. Restores the previous
-    setting on exit."""
-    from mmwf.models.layers import DynamicLinear
-    layers = [m for m in model.modules() if isinstance(m, DynamicLinear) and hasattr(m, 'order')]
-    saved = [m.order for m in layers]
-    for m in layers:
-        m.order = 'tokens'
-    try:
-        yield model
-    finally:
-        for m, order in zip(layers, saved):
-            m.order = order
+    eqs. 5-7) in the token order (same outputs), for the block: the release's for Bilateral, the one whose FLOPs the
+    paper's Table 2 reports for eqs. 5-7; e.g. to count FLOPs under the paper's convention. The layers' choice
+    scope, :func:`mmwf.models.layers.implementation.evaluation`."""
+    from mmwf.models.layers.implementation import evaluation
+    return evaluation(model, order='tokens')
 
 
 def params_m(module: nn.Module) -> float:

@@ -96,6 +96,6 @@ def kernel_cases(arch: str, size: int, batch: int, device: str, mode: str) -> li
                     return linear.apply_update(tokens, linear.product(a, b, order))
             update[f'{form} / {order}'] = timed(fn, leaves, training)
     costs = linear.costs(a.shape[1], tokens.shape[1])
-    form, order = weight_form(costs, linear.order, linear.in_features * linear.out_features, training)
+    form, order = weight_form(costs, linear.order, linear.in_features * linear.out_features, training, linear.form)
     cases.append(Case(f'Bilateral update, {linear.in_features}->{linear.out_features}', update, f'{form} / {order}'))
     return cases

@@ -13,7 +13,7 @@ from torch.nn.init import trunc_normal_
 
 from mmwf.registry import MODELS
 
-from .implementation import kernel, records_autograd
+from .implementation import check_choice, kernel, records_autograd
 from .tokens import map_to_tokens, tokens_to_map
 
 # the map size (H * W) from which eager CUDA inference pools by the matrices: on an H200 a WF-T forward was 1.44x /
@@ -21,22 +21,24 @@ from .tokens import map_to_tokens, tokens_to_map
 LARGE_MAP = 64 * 64
 
 
-def adaptive_pool_kernel(x: torch.Tensor) -> str:
-    """``'native'`` or ``'matrices'``: the :func:`~.implementation.kernel` of ``'adaptive_pool'`` for the map x,
-    ``'matrices-large'`` resolved by x's size (:data:`LARGE_MAP`)."""
+def adaptive_pool_kernel(x: torch.Tensor, impl: str = 'auto') -> str:
+    """``'native'`` or ``'matrices'``: ``impl``, or for ``'auto'`` the :func:`~.implementation.kernel` of
+    ``'adaptive_pool'`` for the map x, ``'matrices-large'`` resolved by x's size (:data:`LARGE_MAP`)."""
+    if impl != 'auto':
+        return impl
     impl = kernel('adaptive_pool', x.device, records_autograd(x))
     if impl == 'matrices-large':
         return 'matrices' if x.shape[-2] * x.shape[-1] >= LARGE_MAP else 'native'
     return impl
 
 
-def adaptive_avg_pool(x: torch.Tensor, size: int) -> torch.Tensor:
+def adaptive_avg_pool(x: torch.Tensor, size: int, impl: str = 'auto') -> torch.Tensor:
     """``F.adaptive_avg_pool2d(x, size)`` for maps (B, C, H, W), by :func:`adaptive_pool_kernel`: PyTorch's op
     (``'native'``: eager, and under the FLOP counter) or two averaging matrices (``'matrices'``: eager CUDA inference
     on large maps, where PyTorch's kernel is slow, compiling, ``torch.export`` and either ONNX exporter; bin i of a
     side of n covers [floor(i n / size), ceil((i + 1) n / size)), as PyTorch's): ONNX has no adaptive pooling whose
     output size does not divide the input, and the matrices are generic in H and W."""
-    if adaptive_pool_kernel(x) == 'native':
+    if adaptive_pool_kernel(x, impl) == 'native':
         return F.adaptive_avg_pool2d(x, size)
     return pooling_matrices(x, size)
 
@@ -112,11 +114,17 @@ class DynamicDWConv(nn.Module):
     Args:
         dim (int): channels C.
         kernel_size (int): K. Defaults to 3.
+        conv (str): the per-sample depthwise conv's evaluation (:func:`per_sample_depthwise_conv`). Defaults to
+            ``'auto'``.
+        pool (str): the predictors' adaptive pooling (:func:`adaptive_avg_pool`). Defaults to ``'auto'``.
     """
 
-    def __init__(self, dim: int, kernel_size: int = 3) -> None:
+    choices = ('conv', 'pool')
+
+    def __init__(self, dim: int, kernel_size: int = 3, conv: str = 'auto', pool: str = 'auto') -> None:
         super().__init__()
         self.dim, self.kernel_size = dim, kernel_size
+        self.conv, self.pool = check_choice('conv', conv), check_choice('pool', pool)
         self.w = nn.Parameter(trunc_normal_(torch.empty(dim, 1, kernel_size, kernel_size), std=0.02))
         self.b = nn.Parameter(trunc_normal_(torch.empty(dim), std=0.02))
 
@@ -135,7 +143,7 @@ class DynamicDWConv(nn.Module):
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         x = tokens_to_map(x, hw)
         weight = self.w.squeeze(1) + self.normalise(self.delta(x))  # (B, C, K, K)
-        return map_to_tokens(per_sample_depthwise_conv(x, weight, self.b))
+        return map_to_tokens(per_sample_depthwise_conv(x, weight, self.b, self.conv))
 
     def extra_repr(self) -> str:
         return f'dim={self.dim}, kernel_size={self.kernel_size}'
@@ -145,8 +153,8 @@ class DynamicDWConv(nn.Module):
 class GAPDynamicDWConv(DynamicDWConv):
     """Eq. 10: dW = reshape(MLP(GAP(X))), MLP = Linear(C, C) -> GELU -> Linear(C, C*K*K)."""
 
-    def __init__(self, dim: int, kernel_size: int = 3) -> None:
-        super().__init__(dim, kernel_size)
+    def __init__(self, dim: int, kernel_size: int = 3, **choices: str) -> None:
+        super().__init__(dim, kernel_size, **choices)
         self.wfm = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.Linear(dim, dim * kernel_size ** 2))
 
     def delta(self, x: torch.Tensor) -> torch.Tensor:
@@ -159,12 +167,12 @@ class AdaptiveDynamicDWConv(DynamicDWConv):
     """Eq. 11, Spatially Adaptive (released): dW = MLP(AAP(X, (K, K))), MLP = 1x1 conv (bias) -> GELU ->
     1x1 conv (no bias) as ``wfm.0`` / ``wfm.2``."""
 
-    def __init__(self, dim: int, kernel_size: int = 3) -> None:
-        super().__init__(dim, kernel_size)
+    def __init__(self, dim: int, kernel_size: int = 3, **choices: str) -> None:
+        super().__init__(dim, kernel_size, **choices)
         self.wfm = nn.Sequential(nn.Conv2d(dim, dim, 1), nn.GELU(), nn.Conv2d(dim, dim, 1, bias=False))
 
     def delta(self, x: torch.Tensor) -> torch.Tensor:
-        return self.wfm(adaptive_avg_pool(x, self.kernel_size))
+        return self.wfm(adaptive_avg_pool(x, self.kernel_size, self.pool))
 
 
 @MODELS.register_module()
@@ -172,13 +180,13 @@ class AmpDirDynamicDWConv(AdaptiveDynamicDWConv):
     """Eq. 12, decoupled amplitude and direction: dW = Sigmoid(GAP(X) Wa) * D / (||D||_F + eps),
     D = MLP(AAP(X, (K, K))) (the Adaptive predictor), amplitude per channel from ``amp`` = Linear(C, C)."""
 
-    def __init__(self, dim: int, kernel_size: int = 3, eps: float = 1e-6) -> None:
-        super().__init__(dim, kernel_size)
+    def __init__(self, dim: int, kernel_size: int = 3, eps: float = 1e-6, **choices: str) -> None:
+        super().__init__(dim, kernel_size, **choices)
         self.amp = nn.Linear(dim, dim)
         self.eps = eps
 
     def delta(self, x: torch.Tensor) -> torch.Tensor:
-        direction = self.wfm(adaptive_avg_pool(x, self.kernel_size))
+        direction = self.wfm(adaptive_avg_pool(x, self.kernel_size, self.pool))
         norm = direction.flatten(2).norm(dim=-1)[..., None, None] + self.eps
         return torch.sigmoid(self.amp(x.mean((2, 3))))[..., None, None] * direction / norm
 
@@ -191,13 +199,13 @@ class AmpDirDynamicDWConv(AdaptiveDynamicDWConv):
 class ConvDynamicDWConv(DynamicDWConv):
     """Eq. 13: dW = AAP(f(X), (K, K)), f = 3x3 conv C -> C/ratio -> GELU -> 3x3 conv -> C."""
 
-    def __init__(self, dim: int, kernel_size: int = 3, ratio: int = 4) -> None:
-        super().__init__(dim, kernel_size)
+    def __init__(self, dim: int, kernel_size: int = 3, ratio: int = 4, **choices: str) -> None:
+        super().__init__(dim, kernel_size, **choices)
         self.wfm = nn.Sequential(nn.Conv2d(dim, dim // ratio, 3, padding=1), nn.GELU(),
                                  nn.Conv2d(dim // ratio, dim, 3, padding=1))
 
     def delta(self, x: torch.Tensor) -> torch.Tensor:
-        return adaptive_avg_pool(self.wfm(x), self.kernel_size)
+        return adaptive_avg_pool(self.wfm(x), self.kernel_size, self.pool)
 
 
 @MODELS.register_module()

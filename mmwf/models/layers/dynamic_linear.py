@@ -13,16 +13,8 @@ from torch.nn.init import trunc_normal_
 
 from mmwf.registry import MODELS
 
-from .implementation import kernel, records_autograd
+from .implementation import check_choice, kernel, records_autograd
 from .tokens import pool_tokens
-
-ORDERS = ('auto', 'tokens', 'core')
-
-
-def check_order(order: str) -> str:
-    if order not in ORDERS:
-        raise ValueError(f'order must be one of {ORDERS}, got {order!r}')
-    return order
 
 
 def product_cost(*dims: int) -> int:
@@ -53,13 +45,14 @@ ELEMENT_PASSES = {False: 3, True: 12}
 
 
 def weight_form(costs: dict[str, dict[str, int]], order: str, weight_elements: int,
-                autograd: bool) -> tuple[str, str]:
-    """(form, order) in which a dynamic linear with a low-rank update applies it: the form is the
-    :func:`~.implementation.kernel` of ``'dynamic_weight'``, and for ``'cheaper'`` the one whose multiply-adds
+                autograd: bool, form: str = 'auto') -> tuple[str, str]:
+    """(form, order) in which a dynamic linear with a low-rank update applies it: the form is ``form``, or for
+    ``'auto'`` the :func:`~.implementation.kernel` of ``'dynamic_weight'``, and for ``'cheaper'`` the one whose
+    multiply-adds
     (``costs[form][order]``) are the fewer once the materialized form is charged its passes over the
     ``weight_elements`` (Cin * Cout) of each sample's weight (``'factored'`` on a tie); the order is
     :func:`product_order`'s within that form."""
-    form = kernel('dynamic_weight')
+    form = kernel('dynamic_weight') if form == 'auto' else form
     forms = ('factored', 'materialized') if form == 'cheaper' else (form,)
     orders = {f: product_order(order, costs[f]['tokens'], costs[f]['core']) for f in forms}
     if form == 'cheaper':
@@ -93,12 +86,18 @@ class DynamicLinear(nn.Module):
         in_features (int): Cin.
         out_features (int): Cout.
         context_features (int, optional): width of X when it is a context, not x. Defaults to None (X = x).
+        update (str): how a weight formed per sample adds its update: ``'addcdiv'`` (one fused op), ``'div-add'``
+            (the TorchScript exporter has no addcdiv) or ``'auto'`` (:mod:`.implementation`). Defaults to ``'auto'``.
     """
 
-    def __init__(self, in_features: int, out_features: int, context_features: int | None = None) -> None:
+    choices = ('update',)
+
+    def __init__(self, in_features: int, out_features: int, context_features: int | None = None,
+                 update: str = 'auto') -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.context_features = context_features or in_features
+        self.update = check_choice('update', update)
         self.w = nn.Parameter(trunc_normal_(torch.empty(in_features, out_features), std=0.02))
         self.b = nn.Parameter(trunc_normal_(torch.empty(out_features), std=0.02))
 
@@ -123,7 +122,7 @@ class DynamicLinear(nn.Module):
         # transposed view), so the column norms and the update run over contiguous memory
         dw_t = dw.transpose(1, 2)
         norm = torch.linalg.vector_norm(dw_t, dim=2, keepdim=True)
-        if kernel('weight_update') == 'addcdiv':
+        if (kernel('weight_update') if self.update == 'auto' else self.update) == 'addcdiv':
             weight_t = torch.addcdiv(self.w.t().contiguous(), dw_t, norm + 1)  # (w + dW / (||dW||_col + 1))^T
         else:
             weight_t = self.w.t() + dw_t / (norm + 1)
@@ -149,8 +148,8 @@ class GAPDynamicLinear(DynamicLinear):
     """Eq. 4: dW = reshape(MLP(GAP(X))), MLP = Linear(Cx, hidden) -> GELU -> Linear(hidden, Cin*Cout)."""
 
     def __init__(self, in_features: int, out_features: int, hidden: int = 4,
-                 context_features: int | None = None) -> None:
-        super().__init__(in_features, out_features, context_features)
+                 context_features: int | None = None, **choices: str) -> None:
+        super().__init__(in_features, out_features, context_features, **choices)
         self.wfm = nn.Sequential(nn.Linear(self.context_features, hidden), nn.GELU(),
                                  nn.Linear(hidden, in_features * out_features))
 
@@ -183,10 +182,12 @@ class CorrelationDynamicLinear(DynamicLinear):
     scaled by Cx^-0.5 / N with N the un-pooled token count (the release's scaling), evaluated in ``order``
     (:func:`sandwich`; the outputs agree to rounding)."""
 
+    choices = ('update', 'order')
+
     def __init__(self, in_features: int, out_features: int, pool: bool = True, order: str = 'auto',
-                 context_features: int | None = None) -> None:
-        super().__init__(in_features, out_features, context_features)
-        self.pool, self.order = pool, check_order(order)
+                 context_features: int | None = None, **choices: str) -> None:
+        super().__init__(in_features, out_features, context_features, **choices)
+        self.pool, self.order = pool, check_choice('order', order)
 
     def tokens(self, x: torch.Tensor, hw: tuple[int, int]) -> tuple[torch.Tensor, float]:
         """The tokens the correlation is taken over, and its scale."""
@@ -198,8 +199,8 @@ class LinearDynamicLinear(CorrelationDynamicLinear):
     """Eq. 5: dW = W1 (X^T X) W2, W1 (Cin, Cx), W2 (Cx, Cout); ``pool`` picks w/ or w/o pooling."""
 
     def __init__(self, in_features: int, out_features: int, pool: bool = True, order: str = 'auto',
-                 context_features: int | None = None) -> None:
-        super().__init__(in_features, out_features, pool, order, context_features)
+                 context_features: int | None = None, **choices: str) -> None:
+        super().__init__(in_features, out_features, pool, order, context_features, **choices)
         cx = self.context_features
         self.w1 = nn.Parameter(trunc_normal_(torch.empty(in_features, cx), std=0.02))
         self.w2 = nn.Parameter(trunc_normal_(torch.empty(cx, out_features), std=0.02))
@@ -220,11 +221,15 @@ class NonlinearDynamicLinear(LinearDynamicLinear):
 @MODELS.register_module()
 class DeepDynamicLinear(CorrelationDynamicLinear):
     """Eq. 7: dW = W1 SiLU(W2 (X^T X) W3) W4, low rank: W1 (Cin, r1), W2 (r1, Cx), W3 (Cx, r2), W4 (r2, Cout) with
-    r1 = Cin / ratio, r2 = Cout / ratio; the outer product is taken in its cheaper order."""
+    r1 = Cin / ratio, r2 = Cout / ratio; the outer product is taken as ``outer``: ``'left'`` (W1 inner) W4,
+    ``'right'`` W1 (inner W4), or ``'auto'``, the cheaper by :func:`product_cost`."""
+
+    choices = ('update', 'order', 'outer')
 
     def __init__(self, in_features: int, out_features: int, pool: bool = True, ratio: int = 4, order: str = 'auto',
-                 context_features: int | None = None) -> None:
-        super().__init__(in_features, out_features, pool, order, context_features)
+                 context_features: int | None = None, outer: str = 'auto', **choices: str) -> None:
+        super().__init__(in_features, out_features, pool, order, context_features, **choices)
+        self.outer = check_choice('outer', outer)
         r1, r2, cx = in_features // ratio, out_features // ratio, self.context_features
         shapes = dict(w1=(in_features, r1), w2=(r1, cx), w3=(cx, r2), w4=(r2, out_features))
         for name, shape in shapes.items():
@@ -234,7 +239,9 @@ class DeepDynamicLinear(CorrelationDynamicLinear):
         xp, scale = self.tokens(x, hw)
         inner = F.silu(sandwich(self.w2, xp, self.w3, scale, self.order))  # (B, r1, r2)
         (cin, r1), (r2, cout) = self.w1.shape, self.w4.shape
-        if product_cost(cin, r1, r2, cout) <= product_cost(cout, r2, r1, cin):  # (W1 inner) W4 vs W1 (inner W4)
+        outer = self.outer if self.outer != 'auto' else (  # (W1 inner) W4 vs W1 (inner W4)
+            'left' if product_cost(cin, r1, r2, cout) <= product_cost(cout, r2, r1, cin) else 'right')
+        if outer == 'left':
             return torch.matmul(torch.matmul(self.w1, inner), self.w4)
         return torch.matmul(self.w1, torch.matmul(inner, self.w4))
 
@@ -257,12 +264,17 @@ class BilateralDynamicLinear(DynamicLinear):
         order (str): ``'auto'``, ``'tokens'`` or ``'core'``. Defaults to ``'auto'``.
         context_features (int, optional): Cx, the width of X when it is a context (see :class:`DynamicLinear`).
             Defaults to None (Cx = Cin).
+        form (str): ``'factored'`` (never a weight per sample), ``'materialized'`` (the release's weight per
+            sample) or ``'auto'`` (:func:`weight_form`). Defaults to ``'auto'``.
+        update (str): see :class:`DynamicLinear`. Defaults to ``'auto'``.
     """
 
+    choices = ('update', 'order', 'form')
+
     def __init__(self, in_features: int, out_features: int, ratio: int = 4, order: str = 'auto',
-                 context_features: int | None = None) -> None:
-        super().__init__(in_features, out_features, context_features)
-        self.order = check_order(order)
+                 context_features: int | None = None, form: str = 'auto', update: str = 'auto') -> None:
+        super().__init__(in_features, out_features, context_features, update)
+        self.order, self.form = check_choice('order', order), check_choice('form', form)
         self.r_in, self.r_out = in_features // ratio, out_features // ratio
         self.wfm = nn.Linear(self.context_features, self.r_in + self.r_out)
         self.w1 = nn.Parameter(trunc_normal_(torch.empty(self.r_in, in_features), std=0.02))
@@ -317,7 +329,7 @@ class BilateralDynamicLinear(DynamicLinear):
         a, b = self.predict(x if context is None else context, hw)
         costs = self.costs(a.shape[1], x.shape[1])
         form, order = weight_form(costs, self.order, self.in_features * self.out_features,
-                                  records_autograd(x, self.w))
+                                  records_autograd(x, self.w), self.form)
         if form == 'factored':
             return self.apply_factors(x, *self.factors(a, b, order))
         return self.apply_update(x, self.product(a, b, order))

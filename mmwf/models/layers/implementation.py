@@ -1,14 +1,27 @@
-"""How the running forward is executed, asked in one place, and the one table of the kernels the layers use under
-each: an operation with several evaluations (all computing the same function) takes the fastest one in eager
-PyTorch, one the tracer or exporter can translate, or one generic in the batch and grid sizes for graphs that
-serve every size."""
+"""How a dynamic layer's operations are evaluated: the choices each layer holds, the one rule that resolves
+``'auto'``, and the scope that sets choices for a block of code.
+
+An operation with several evaluations (all computing the same function) is a choice held by each layer as an
+attribute set at construction (:data:`CHOICES`: ``conv``, ``pool``, ``form``, ``order``, ``update``, ``outer``),
+``'auto'`` by default. ``'auto'`` is resolved when the layer runs, by one rule: the :data:`KERNELS` entry of the
+running :func:`implementation` (eager, traced, exported, compiled) for the device and whether autograd records, and
+where the entry says so, the cost model beside the operation (``'cheaper'``: :func:`~.dynamic_linear.product_order`,
+:func:`~.dynamic_linear.weight_form`; ``'matrices-large'``: :func:`~.dynamic_dwconv.adaptive_pool_kernel`). The
+table is read-only; :func:`evaluation` sets layers' choices for a block of code (tracing, export, counting, tests)
+and restores them.
+"""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import MappingProxyType
+
 import torch
+import torch.nn as nn
 
 # implementation -> operation -> kernel; an entry '<operation>_<device type>' overrides '<operation>' on that device,
 # and '<operation>_<device type>_autograd' that entry where autograd records the operation (training)
-KERNELS: dict[str, dict[str, str]] = {
+_KERNELS: dict[str, dict[str, str]] = {
     'eager': dict(depthwise_conv='grouped', depthwise_conv_cpu='loop', depthwise_conv_cpu_autograd='grouped',
                   adaptive_pool='native', adaptive_pool_cuda='matrices-large', adaptive_pool_cuda_autograd='native',
                   product_order='cheaper', dynamic_weight='cheaper', weight_update='addcdiv'),
@@ -21,6 +34,45 @@ KERNELS: dict[str, dict[str, str]] = {
     'exported': dict(depthwise_conv='grouped-static', adaptive_pool='matrices', product_order='cheaper-static',
                      dynamic_weight='materialized', weight_update='addcdiv'),
 }
+KERNELS = MappingProxyType({k: MappingProxyType(v) for k, v in _KERNELS.items()})
+
+# a layer's attribute -> (the KERNELS operation its 'auto' resolves by, or None for a cost rule alone, the values it
+# takes besides 'auto')
+CHOICES: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    'conv': ('depthwise_conv', ('loop', 'grouped', 'taps', 'shift')),  # the per-sample depthwise conv
+    'pool': ('adaptive_pool', ('native', 'matrices')),  # the adaptive average pooling of a DWConv predictor
+    'order': ('product_order', ('tokens', 'core')),  # a dynamic linear's products around X^T X
+    'form': ('dynamic_weight', ('factored', 'materialized')),  # how a low-rank update is applied
+    'update': ('weight_update', ('addcdiv', 'div-add')),  # how a weight formed per sample adds its update
+    'outer': (None, ('left', 'right')),  # Deep (eq. 7): (W1 inner) W4 or W1 (inner W4), cheaper by product_cost
+}
+
+
+def check_choice(name: str, value: str) -> str:
+    """``value`` if it is ``'auto'`` or an evaluation of choice ``name`` (:data:`CHOICES`), else a ValueError."""
+    allowed = ('auto', *CHOICES[name][1])
+    if value not in allowed:
+        raise ValueError(f'{name}={value!r} is not one of {allowed}')
+    return value
+
+
+@contextmanager
+def evaluation(model: nn.Module, **choices: str) -> Iterator[nn.Module]:
+    """Set ``choices`` (:data:`CHOICES`: e.g. ``order='tokens'``, ``form='materialized'``) on every layer of
+    ``model`` that holds them, for the block; each layer's own values are restored on exit."""
+    for name, value in choices.items():
+        if name not in CHOICES:
+            raise ValueError(f'{name!r} is not a layer choice; choose from {sorted(CHOICES)}')
+        check_choice(name, value)
+    saved = [(m, name, getattr(m, name)) for m in model.modules() for name in choices if name in getattr(
+        m, 'choices', ())]
+    for m, name, _ in saved:
+        setattr(m, name, choices[name])
+    try:
+        yield model
+    finally:
+        for m, name, value in saved:
+            setattr(m, name, value)
 
 
 def implementation() -> str:

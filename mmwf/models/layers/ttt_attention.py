@@ -20,6 +20,7 @@ from mmwf.registry import MODELS
 
 from .attention import check_patch_tokens, merge_heads
 from .dynamic_dwconv import per_sample_depthwise_conv
+from .implementation import check_choice
 
 
 def swiglu_inner_grads(k: torch.Tensor, v: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
@@ -70,13 +71,17 @@ class TTTAttention(nn.Module):
         qkv_bias (bool): bias of ``qkv``. Defaults to True.
         scale (float): s of the inner losses. Defaults to 1/3.
         proj_drop (float): dropout after ``proj``. Defaults to 0.
+        conv (str): the conv head's per-sample depthwise conv (:func:`per_sample_depthwise_conv`). Defaults to
+            ``'auto'``.
     """
 
     with_cls_token = False
+    choices = ('conv',)
 
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, scale: float = 1 / 3,
-                 proj_drop: float = 0.0) -> None:
+                 proj_drop: float = 0.0, conv: str = 'auto') -> None:
         super().__init__()
+        self.conv = check_choice('conv', conv)
         if dim % num_heads:
             raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
         d = dim // num_heads
@@ -100,7 +105,7 @@ class TTTAttention(nn.Module):
         """q, k, v (B, d, H, W) -> (B, d, H, W): one inner step of the depthwise conv, applied to q."""
         g3 = dwconv_inner_grad(k, v, self.scale)
         g3 = g3 / (torch.linalg.vector_norm(g3, dim=(-2, -1), keepdim=True) + 1)
-        return per_sample_depthwise_conv(q, self.w3.squeeze(1) - g3)
+        return per_sample_depthwise_conv(q, self.w3.squeeze(1) - g3, impl=self.conv)
 
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         check_patch_tokens(x, hw, 'TTT')

@@ -15,6 +15,7 @@ from mmwf.models.layers import (
     GAPDynamicLinear,
     LinearDynamicLinear,
     NonlinearDynamicLinear,
+    evaluation,
 )
 
 HW = (5, 7)
@@ -115,15 +116,17 @@ LINEARS = {
 }
 
 
-WEIGHT_FORMS = ['factored', 'materialized']
+# every evaluation a dynamic linear has (the layers' choices, mmwf.models.layers.implementation.CHOICES): the update
+# applied as its rank-K factors (eager) or through a weight per sample (the FLOP counter's and the ONNX graphs'),
+# added by one addcdiv or by a division and an add (the TorchScript exporter's), Deep's outer product either way
+EVALUATIONS = {'factored': dict(form='factored'), 'materialized, addcdiv': dict(form='materialized', update='addcdiv'),
+               'materialized, div-add': dict(form='materialized', update='div-add'),
+               'outer left': dict(outer='left', update='div-add'), 'outer right': dict(outer='right')}
 
 
-@pytest.fixture(params=WEIGHT_FORMS)
-def weight_form(request, monkeypatch):
-    """Both evaluations of a dynamic linear (``'factored'``: the update applied as its rank-K factors, eager;
-    ``'materialized'``: a weight per sample, the FLOP counter's and the ONNX graphs'), selected in eager PyTorch."""
-    from mmwf.models.layers.implementation import KERNELS
-    monkeypatch.setitem(KERNELS['eager'], 'dynamic_weight', request.param)
+@pytest.fixture(params=EVALUATIONS.values(), ids=EVALUATIONS.keys())
+def weight_form(request):
+    """One of :data:`EVALUATIONS`, set on a layer with ``evaluation(layer, **choices)``."""
     return request.param
 
 
@@ -140,7 +143,8 @@ def test_dynamic_linear_equals_its_equation(make, weight_form):
     """Outputs and the gradients of the input and of every parameter, against autograd through the equation."""
     layer = randomised(make())
     x = torch.randn(B, HW[0] * HW[1], CIN, dtype=torch.float64, requires_grad=True)
-    out = layer(x, HW)
+    with evaluation(layer, **weight_form):
+        out = layer(x, HW)
     expected = linear_output(layer, x, reference_linear_delta(layer, x))
     assert torch.allclose(out, expected, rtol=1e-10, atol=1e-10)
     weights = torch.randn_like(out)  # a loss that weighs every output differently
@@ -157,7 +161,8 @@ def test_second_linear_predicts_from_the_mlp_input(kind, weight_form):
     hidden = torch.randn(B, HW[0] * HW[1], 4 * CIN, dtype=torch.float64)
     context = torch.randn(B, HW[0] * HW[1], CIN, dtype=torch.float64)
     expected = linear_output(layer, hidden, reference_linear_delta(layer, context))
-    assert torch.allclose(layer(hidden, HW, context), expected, rtol=1e-10, atol=1e-10)
+    with evaluation(layer, **weight_form):
+        assert torch.allclose(layer(hidden, HW, context), expected, rtol=1e-10, atol=1e-10)
 
 
 def test_factored_update_of_a_zero_column_has_no_nan_gradient(weight_form):
@@ -167,7 +172,8 @@ def test_factored_update_of_a_zero_column_has_no_nan_gradient(weight_form):
     with torch.no_grad():
         layer.w2[:, 3] = 0  # dW's column 3 is zero: (SiLU(B) w2)[:, 3] = 0
     x = torch.randn(B, HW[0] * HW[1], CIN, dtype=torch.float64, requires_grad=True)
-    grads = torch.autograd.grad(layer(x, HW).square().sum(), (x, *layer.parameters()))
+    with evaluation(layer, **weight_form):
+        grads = torch.autograd.grad(layer(x, HW).square().sum(), (x, *layer.parameters()))
     assert all(torch.isfinite(g).all() for g in grads)
 
 
@@ -244,18 +250,27 @@ DWCS = {
 }
 
 
+@pytest.mark.parametrize('choices', [dict(conv='loop', pool='native'), dict(conv='grouped', pool='matrices'),
+                                     dict(conv='taps', pool='native'), dict(conv='shift', pool='matrices')],
+                         ids=lambda c: f'{c["conv"]}, {c["pool"]} pooling')
 @pytest.mark.parametrize('kind', DWCS.values(), ids=DWCS.keys())
-def test_dynamic_dwconv_equals_its_equation(kind):
-    layer = kind(CIN).double()
+def test_dynamic_dwconv_equals_its_equation(kind, choices):
+    """Outputs and gradients of every evaluation (the layer's choices ``conv`` and ``pool``)."""
+    layer = kind(CIN, **choices).double()
     with torch.no_grad():
         for p in layer.parameters():
             p.normal_()
-    x = torch.randn(B, HW[0] * HW[1], CIN, dtype=torch.float64)
+    x = torch.randn(B, HW[0] * HW[1], CIN, dtype=torch.float64, requires_grad=True)
     m = grid(x).permute(0, 3, 1, 2)  # (B, C, H, W)
     weight = layer.w[None, :, 0] + reference_dwc_delta(layer, m)  # (B, C, K, K): W0 + dW per sample
     expected = torch.cat([conv(m[i:i + 1], weight[i][:, None], layer.b, groups=CIN) for i in range(B)])
+    expected = expected.permute(0, 2, 3, 1).reshape(B, -1, CIN)
     out = layer(x, HW)
-    assert torch.allclose(out, expected.permute(0, 2, 3, 1).reshape(B, -1, CIN), rtol=1e-10, atol=1e-10)
+    assert torch.allclose(out, expected, rtol=1e-10, atol=1e-10)
+    weights, inputs = torch.randn_like(out), (x, *layer.parameters())
+    grads = torch.autograd.grad((out * weights).sum(), inputs)
+    ref_grads = torch.autograd.grad((expected * weights).sum(), inputs)
+    assert all(torch.allclose(g, r, rtol=1e-9, atol=1e-9) for g, r in zip(grads, ref_grads))
 
 
 @pytest.mark.parametrize('impl', ['loop', 'grouped', 'taps', 'shift'])

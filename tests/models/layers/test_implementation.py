@@ -7,7 +7,7 @@ from torch.overrides import TorchFunctionMode
 from mmwf.models.layers import BilateralDynamicLinear, LinearDynamicLinear, dynamic_linear, implementation
 from mmwf.models.layers.dynamic_dwconv import adaptive_avg_pool, per_sample_depthwise_conv
 from mmwf.models.layers.dynamic_linear import product_cost, product_order
-from mmwf.models.layers.implementation import KERNELS, kernel
+from mmwf.models.layers.implementation import KERNELS, evaluation, kernel
 
 CASES = [(where, order) for where in KERNELS for order in ('tokens', 'core')]
 
@@ -144,9 +144,8 @@ def correlation_costs(n):
     return n * (c * a + c * b + a * b), n * c * c + min(a * c * c + a * c * b, c * c * b + a * c * b)
 
 
-def chosen_orders(monkeypatch, weight_form):
-    """The orders the dynamic linears take, recorded, with the update applied in ``weight_form``."""
-    monkeypatch.setitem(KERNELS['eager'], 'dynamic_weight', weight_form)
+def chosen_orders(monkeypatch):
+    """The orders the dynamic linears take, recorded."""
     chosen = []
 
     def spy(*args):
@@ -164,9 +163,9 @@ def chosen_orders(monkeypatch, weight_form):
 def test_auto_order_is_the_cheaper_by_the_counted_costs(monkeypatch, make, hw, pooled, costs):
     """The order a layer takes with order='auto' when it forms a weight per sample, against its costs written out
     (the grids cover both sides of each crossing)."""
-    chosen = chosen_orders(monkeypatch, 'materialized')
+    chosen = chosen_orders(monkeypatch)
     layer = make()
-    with torch.no_grad():
+    with torch.no_grad(), evaluation(layer, form='materialized'):
         layer(torch.randn(1, hw[0] * hw[1], layer.in_features), hw)
     tokens, core = costs((hw[0] // 2) * (hw[1] // 2) if pooled else hw[0] * hw[1])
     assert chosen == ['tokens' if tokens <= core else 'core']
@@ -183,9 +182,9 @@ def bilateral_factored_costs(n, big_n):
 
 @pytest.mark.parametrize('hw', [(4, 4), (14, 14), (16, 16), (20, 22)])
 def test_factored_order_is_the_cheaper_by_the_counted_costs(monkeypatch, hw):
-    chosen = chosen_orders(monkeypatch, 'factored')
+    chosen = chosen_orders(monkeypatch)
     with torch.no_grad():
-        BilateralDynamicLinear(192, 768)(torch.randn(1, hw[0] * hw[1], 192), hw)
+        BilateralDynamicLinear(192, 768, form='factored')(torch.randn(1, hw[0] * hw[1], 192), hw)
     tokens, core = bilateral_factored_costs((hw[0] // 2) * (hw[1] // 2), hw[0] * hw[1])
     assert chosen == ['tokens' if tokens <= core else 'core']
 
@@ -203,3 +202,23 @@ def test_weight_form_is_the_cheaper_by_the_counted_costs(hw, autograd):
     with Calls() as calls:
         layer(torch.randn(1, big_n, 192), hw)
     assert ('baddbmm' in calls.names) == (factored <= materialized)
+
+
+def test_choices_are_held_by_the_layers_and_set_for_a_scope():
+    """The kernel table is read-only; a scope sets the layers' choices and restores each layer's own."""
+    from mmwf.models.backbones import WeightFormer
+    with pytest.raises(TypeError):
+        KERNELS['eager']['dynamic_weight'] = 'factored'
+    model = WeightFormer(dict(embed_dims=32, depth=3, mlp_ratio=2), dynamic_blocks=[1],
+                         dynamic_linear=dict(type='BilateralDynamicLinear', form='factored'))
+    block = model.blocks[1]
+    assert (block.linear1.form, block.linear1.order, block.dwc.conv) == ('factored', 'auto', 'auto')
+    with evaluation(model, form='materialized', conv='taps', order='tokens'):
+        assert (block.linear1.form, block.linear1.order, block.dwc.conv) == ('materialized', 'tokens', 'taps')
+    assert (block.linear1.form, block.linear1.order, block.dwc.conv) == ('factored', 'auto', 'auto')
+    with pytest.raises(ValueError, match=r"conv='tap' is not one of \('auto', 'loop', 'grouped', 'taps', 'shift'\)"):
+        with evaluation(model, conv='tap'):
+            pass
+    with pytest.raises(ValueError, match="'speed' is not a layer choice"):
+        with evaluation(model, speed='fast'):
+            pass
