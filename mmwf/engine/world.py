@@ -54,9 +54,14 @@ def accumulative_counts(cfg: Config) -> int:
     return int(cfg.get('optim_wrapper', {}).get('accumulative_counts', 1))
 
 
-def global_batch(cfg: Config, world_size: int) -> int:
-    """Images (or latents) per optimizer step: world size x per-GPU batch x accumulative_counts."""
-    return world_size * int(cfg.train_dataloader.batch_size) * accumulative_counts(cfg)
+def global_batch(world_size: int, per_gpu: int, accumulated: int) -> int:
+    """Images (or latents) per optimizer step: world size x per-GPU batch x accumulated iterations."""
+    return world_size * per_gpu * accumulated
+
+
+def config_global_batch(cfg: Config, world_size: int) -> int:
+    """:func:`global_batch` of a config's train loader and optimizer wrapper on ``world_size`` processes."""
+    return global_batch(world_size, int(cfg.train_dataloader.batch_size), accumulative_counts(cfg))
 
 
 def schedules_lr(scheduler: dict) -> bool:
@@ -84,7 +89,7 @@ def scale_to_world(cfg: Config, world_size: int) -> list[str]:
         raise ValueError(f'auto_scale_lr.rule {rule!r} is not one of {sorted(BATCH_RULES)}')
     changes = []
     if rule == 'global_batch':
-        per_step = world_size * accumulative_counts(cfg)
+        per_step = global_batch(world_size, 1, accumulative_counts(cfg))
         if base % per_step:
             raise ValueError(f'auto_scale_lr: the global batch {base} cannot be split over {world_size} processes x '
                              f'{accumulative_counts(cfg)} accumulated iterations; start a number of processes that '
@@ -94,10 +99,10 @@ def scale_to_world(cfg: Config, world_size: int) -> list[str]:
         changes.append(f'train_dataloader.batch_size {old} -> {base // per_step} (global batch {base} over '
                        f'{world_size} processes)')
     else:
-        ratio = global_batch(cfg, world_size) / base
+        ratio = config_global_batch(cfg, world_size) / base
         optimizer = cfg.optim_wrapper.optimizer
         changes.append(f'optimizer lr {optimizer.lr:g} -> {optimizer.lr * ratio:g} (x {ratio:g}: global batch '
-                       f'{global_batch(cfg, world_size)} / {base})')
+                       f'{config_global_batch(cfg, world_size)} / {base})')
         optimizer.lr *= ratio
         schedulers = cfg.get('param_scheduler') or []
         for i, scheduler in enumerate(schedulers if isinstance(schedulers, list) else [schedulers]):

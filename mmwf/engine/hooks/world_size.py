@@ -5,7 +5,7 @@ from __future__ import annotations
 from mmengine.hooks import Hook
 from mmengine.runner.utils import set_random_seed
 
-from mmwf.engine.world import SEED_RULES, rank_seed
+from mmwf.engine.world import SEED_RULES, global_batch, rank_seed
 from mmwf.registry import HOOKS
 
 from .runner_state import accumulative_counts, auto_scale_lr
@@ -53,7 +53,7 @@ class WorldSizeHook(Hook):
         if 'base_batch_size' not in scaling:
             return
         per_gpu, accumulated = runner.train_dataloader.batch_size, accumulative_counts(runner)
-        batch, reference = runner.world_size * per_gpu * accumulated, int(scaling['base_batch_size'])
+        batch, reference = global_batch(runner.world_size, per_gpu, accumulated), int(scaling['base_batch_size'])
         if batch == reference and scaling.get('rule', 'linear') == 'global_batch':
             return
         run = f'global batch {batch} ({runner.world_size} processes x {per_gpu} x {accumulated} accumulated)'
