@@ -50,18 +50,29 @@ def _load_released(filename: str, map_location: str | torch.device | None = None
 
 
 def register_mmpretrain_models() -> list[str]:
-    """Register mmwf's ImageNet classifiers with mmpretrain's ``ModelHub`` (once), their released weights as
-    ``mmwf://<name>``. Returns the names."""
+    """Register mmwf's ImageNet classifiers with mmpretrain's ``ModelHub`` (once), through its public API: the
+    metafile as ``ModelHub.register_model_index`` takes it, each released model's weights named ``mmwf://<name>``
+    (a scheme registered with mmengine's ``CheckpointLoader.register_scheme``). Returns the names."""
+    import tempfile
+
+    import yaml
     from mmengine.runner import CheckpointLoader
     from mmpretrain.apis import ModelHub
     names = sorted(m['Name'] for m in metafile_models().values() if m['Config'].startswith('configs/imagenet/'))
     if not all(ModelHub.has(name) for name in names):
-        ModelHub.register_model_index(METAFILE, config_prefix=CONFIG_ROOT.parent)
-        for name in names:
-            if ModelHub._models_dict[name].weights:
-                ModelHub._models_dict[name].weights = f'{SCHEME}{name}'
-    if SCHEME not in CheckpointLoader._schemes:
+        index = yaml.safe_load(METAFILE.read_text())
+        for model in index['Models']:
+            if model.get('Weights'):
+                model['Weights'] = f'{SCHEME}{model["Name"]}'
+        with tempfile.TemporaryDirectory() as folder:
+            path = f'{folder}/metafile.yml'
+            with open(path, 'w') as f:
+                yaml.safe_dump(index, f, sort_keys=False)
+            ModelHub.register_model_index(path, config_prefix=CONFIG_ROOT.parent)
+    try:
         CheckpointLoader.register_scheme(prefixes=SCHEME, loader=_load_released)
+    except KeyError:  # registered by an earlier call
+        pass
     return names
 
 
