@@ -5,36 +5,23 @@ ImageNet head. :class:`PlainBackbone` holds all of that except what a family dif
 (:meth:`PlainBackbone.embed`), its blocks and its pooling for classification. As detectron2's ``vit.py`` /
 ``utils.py`` and timm's ``vision_transformer.py`` split the same pieces.
 
-The same class is a timm model: it has timm's model API (``forward_features``, ``forward_head``,
-``forward_intermediates``, ``reset_classifier``, ``feature_info``, ...), and :func:`create_timm_model` builds it
-through timm's ``build_model_with_cfg`` for the names each family registers with timm.
+The same class has timm's model API (``forward_features``, ``forward_head``, ``forward_intermediates``,
+``reset_classifier``, ``feature_info``, ...); :mod:`mmwf.models.frontends` makes it a timm and a Hugging Face hub
+model.
 """
 from __future__ import annotations
 
-import logging
-import os
 from collections import deque
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
-from functools import partial
-from pathlib import Path
+from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
-from huggingface_hub import PyTorchModelHubMixin, constants, hf_hub_download
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
+from mmwf.models.frontends.hub import HubModel
 from mmwf.models.initializers import init_weights_pretrained_last
-from mmwf.models.layers import FFN_TYPES, PatchEmbed, build_token_norm, resolve_arch, run_blocks, tokens_to_map
-from mmwf.utils.checkpoint import (
-    CheckpointMismatchError,
-    load_state_dict_file,
-    load_strict,
-    mismatch_lines,
-    state_dict_mismatch,
-    whole_model_part,
-)
+from mmwf.models.layers import PatchEmbed, build_token_norm, resolve_arch, run_blocks, tokens_to_map
 
 
 def resolve_out_indices(out_indices: int | Sequence[int], depth: int, name: str) -> list[int]:
@@ -80,14 +67,12 @@ def image_grid(x: torch.Tensor, stem: nn.Conv2d, min_grid: int, name: str) -> tu
     return h, w
 
 
-class PlainBackbone(BaseModule, PyTorchModelHubMixin, library_name='mmwf', tags=['vision', 'mmwf'],
-                    repo_url='https://github.com/LeapLabTHU/WeightFormer', paper_url='https://arxiv.org/abs/2605.01711'):
+class PlainBackbone(BaseModule, HubModel):
     """Stem, blocks on one token grid, final norm and ImageNet head; a family adds its stem extras, its blocks
     and its pooling.
 
-    A Hugging Face hub model too (``PyTorchModelHubMixin``): ``save_pretrained`` / ``push_to_hub`` write the
-    constructor's arguments as ``config.json`` and the weights as ``model.safetensors``; ``from_pretrained`` reads
-    them back, and a family reads its release's hub repositories as they are (:meth:`hub_arguments`).
+    A Hugging Face hub model too (:class:`mmwf.models.frontends.HubModel`), and a timm model through the names each
+    family registers (:mod:`mmwf.models.frontends.timm`).
 
     Args:
         arch (str | dict): a name of the family's ``ARCH_SETTINGS`` or a dict with exactly their keys
@@ -353,44 +338,6 @@ class PlainBackbone(BaseModule, PyTorchModelHubMixin, library_name='mmwf', tags=
         stem = self.stem_names()
         return {name for name, _ in self.named_parameters(recurse=False) if name in stem}
 
-    @classmethod
-    def hub_arguments(cls, config: dict) -> dict:
-        """A hub repository's ``config.json`` -> this family's constructor arguments: one written by
-        ``save_pretrained`` as it is (a family converts its release's configs here); anything else is an error
-        naming the keys."""
-        params = set(cls._hub_mixin_init_parameters) - {'self'}
-        unknown = sorted(set(config) - params)
-        if unknown:
-            raise ValueError(f'{cls.__name__}.from_pretrained: config.json has keys {unknown} that are not '
-                             f'{cls.__name__} arguments ({", ".join(sorted(params))}); it was written for another '
-                             'model. Load it with the class that wrote it.')
-        return dict(config)
-
-    @classmethod
-    def _from_pretrained(cls, *, model_id: str, revision: str | None, cache_dir: str | Path | None,
-                         force_download: bool, local_files_only: bool, token: str | bool | None,
-                         config: dict | None = None, map_location: str = 'cpu', strict: bool = True,
-                         **model_kwargs) -> PlainBackbone:
-        """The hub mixin's loader: the model of ``config.json`` (:meth:`hub_arguments`; keyword arguments override
-        it, ``init_cfg`` is dropped: the weights are the repository's), then ``model.safetensors`` through
-        :meth:`checkpoint_filter_fn` and a strict load (``strict=False`` lists what did not match and goes on)."""
-        model_kwargs.pop('config', None)
-        kwargs = {**cls.hub_arguments(config or {}), **model_kwargs}
-        kwargs.pop('init_cfg', None)
-        model = cls(**kwargs)
-        if os.path.isdir(model_id):
-            path = os.path.join(model_id, constants.SAFETENSORS_SINGLE_FILE)
-        else:
-            path = hf_hub_download(repo_id=model_id, filename=constants.SAFETENSORS_SINGLE_FILE, revision=revision,
-                                   cache_dir=cache_dir, force_download=force_download,
-                                   local_files_only=local_files_only, token=token)
-        state = model.checkpoint_filter_fn(load_state_dict_file(path, map_location))
-        mismatch = load_strict(model, state, path, strict=strict)
-        if mismatch:
-            print_log('\n'.join([f'{path}: loaded with strict=False; what did not match:', *mismatch_lines(mismatch)]),
-                      logger='current', level=logging.WARNING)
-        return model.to(map_location).eval()
-
     def checkpoint_filter_fn(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """A released checkpoint -> this model's keys: the tensors of modules this model was built without (a
         1000-class ``head`` in a dense backbone, ``norm`` with ``final_norm=False``, a class token) are dropped
@@ -401,97 +348,3 @@ class PlainBackbone(BaseModule, PyTorchModelHubMixin, library_name='mmwf', tags=
             print_log(f'{type(self).__name__}: skipped {len(skipped)} checkpoint tensors of modules this model omits: '
                       f'{", ".join(skipped[:5])}{" ..." if len(skipped) > 5 else ""}', logger='current')
         return {k: v for k, v in state_dict.items() if k.split('.')[0] in own}
-
-
-def timm_checkpoint_filter(state_dict: dict[str, torch.Tensor], model: PlainBackbone,
-                           strict: bool = True) -> dict[str, torch.Tensor]:
-    """timm's ``pretrained_filter_fn``, strict where timm is lenient: a whole-model checkpoint reduced to its backbone
-    (:func:`mmwf.utils.checkpoint.whole_model_part`), the family's :meth:`PlainBackbone.checkpoint_filter_fn`, then
-    every key and shape compared with the model's before timm loads. Only the classifier may be left out, where the
-    model's class count differs from the pretrained one's (timm then drops it; logged); anything else that does not
-    fit (a checkpoint of another family or size) is a :class:`CheckpointMismatchError`, or with timm's
-    ``pretrained_strict=False`` a logged list."""
-    state = model.checkpoint_filter_fn(whole_model_part(state_dict, 'the timm checkpoint'))
-    own, cfg = model.state_dict(), getattr(model, 'pretrained_cfg', None) or {}
-    stem = f'{cfg.get("first_conv", "patch_embed.proj")}.weight'
-    if stem in own and own[stem].shape[1] != cfg.get('input_size', own[stem].shape)[0]:  # timm adapts the channels
-        own[stem] = own[stem].new_empty(own[stem].shape[:1] + (cfg['input_size'][0],) + own[stem].shape[2:])
-    adapted = model.num_classes != cfg.get('num_classes', model.num_classes)
-    if adapted:
-        head = [k for k in state if k.startswith('head.')]
-        own = {k: v for k, v in own.items() if not k.startswith('head.')}
-        state = {k: v for k, v in state.items() if k not in head}
-        print_log(f'timm pretrained weights: the classifier ({", ".join(head) or "none"}) left out for '
-                  f'num_classes={model.num_classes}', logger='current')
-    mismatch = state_dict_mismatch(own, state)
-    if mismatch and strict:
-        raise CheckpointMismatchError('\n'.join([
-            f'timm pretrained weights do not match {type(model).__name__} (is the file a checkpoint of this model '
-            'and size?).', *mismatch_lines(mismatch),
-            'Give the weights of this architecture (pretrained_cfg_overlay=dict(file=...)), or pass '
-            'pretrained_strict=False to load what fits on purpose (what is left out is logged).']))
-    if mismatch:
-        print_log('\n'.join(['pretrained_strict=False: timm pretrained weights loaded where they fit; left out:',
-                              *mismatch_lines(mismatch)]), logger='current', level=logging.WARNING)
-    return state
-
-
-# timm's names for the blocks' options (``norm_layer``, ``mlp_layer``) -> the families' ``norm_cfg`` / ``ffn_type``
-TIMM_NORM_LAYERS = {'layernorm': 'LN', 'rmsnorm': 'RMSNorm'}
-TIMM_MLP_LAYERS = {name: name for name in FFN_TYPES}  # timm's names are ours
-
-
-def _timm_option(value: str, table: dict, name: str) -> str:
-    if value not in table:
-        raise ValueError(f'{name}={value!r} is not an option of mmwf\'s timm models; choose from {sorted(table)}')
-    return table[value]
-
-
-def _timm_constructor(model_cls: type[PlainBackbone], in_chans: int = 3, num_classes: int = 1000,
-                      norm_layer: str | None = None, mlp_layer: str | None = None,
-                      device: torch.device | str | None = None, dtype: torch.dtype | None = None,
-                      **kwargs) -> PlainBackbone:
-    """timm's model arguments (``in_chans``, ``norm_layer`` 'layernorm' / 'rmsnorm', ``mlp_layer`` 'mlp' /
-    'swiglu', ``device``, ``dtype``) -> the family's; any other argument (``global_pool`` too) goes to the family,
-    which refuses what it does not take (TypeError, as timm expects)."""
-    if norm_layer is not None:
-        kwargs['norm_cfg'] = dict(type=_timm_option(norm_layer, TIMM_NORM_LAYERS, 'norm_layer'))
-    if mlp_layer is not None:
-        kwargs['ffn_type'] = _timm_option(mlp_layer, TIMM_MLP_LAYERS, 'mlp_layer')
-    with torch.device(device) if device is not None else nullcontext():
-        model = model_cls(in_channels=in_chans, num_classes=num_classes, out_type='timm', **kwargs)
-    return model.to(dtype=dtype) if dtype is not None else model
-
-
-def create_timm_model(model_cls: type[PlainBackbone], variant: str, pretrained: bool = False,
-                      **kwargs) -> PlainBackbone:
-    """The model behind a registered timm name: timm's ``build_model_with_cfg`` on ``model_cls`` with the
-    variant's ``pretrained_cfg``, :func:`timm_checkpoint_filter` for pretrained weights (strict unless
-    ``pretrained_strict=False``), and timm's
-    ``FeatureGetterNet`` (:meth:`PlainBackbone.forward_intermediates`, the last 3 blocks by default) for
-    ``features_only=True``."""
-    from timm.models import build_model_with_cfg
-    strict = kwargs.get('pretrained_strict', True)
-    return build_model_with_cfg(partial(_timm_constructor, model_cls), variant, pretrained,
-                                pretrained_filter_fn=partial(timm_checkpoint_filter, strict=strict),
-                                feature_cfg=dict(out_indices=3, feature_cls='getter'), **kwargs)
-
-
-def register_timm_models(model_cls: type[PlainBackbone], variants: dict[str, dict], namespace: dict) -> None:
-    """Register each of ``variants`` (timm name -> the family's arguments) with timm, as an entry point
-    ``name(pretrained=False, **kwargs)`` of the family's module (``namespace``: its globals, where timm looks for
-    ``default_cfgs`` and files the model), built by :func:`create_timm_model`."""
-    from timm.models import register_model
-
-    def entrypoint_of(name: str, variant: dict) -> Callable[..., PlainBackbone]:
-        def entrypoint(pretrained: bool = False, **kwargs) -> PlainBackbone:
-            return create_timm_model(model_cls, name, pretrained, **dict(variant, **kwargs))
-
-        entrypoint.__name__ = entrypoint.__qualname__ = name
-        entrypoint.__module__ = namespace['__name__']
-        args = ', '.join(f'{k}={v!r}' for k, v in variant.items())
-        entrypoint.__doc__ = f'timm model {name}: {model_cls.__name__}({args}).'
-        return entrypoint
-
-    for name, variant in variants.items():
-        namespace[name] = register_model(entrypoint_of(name, variant))

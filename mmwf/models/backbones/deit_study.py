@@ -6,9 +6,9 @@ from __future__ import annotations
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import generate_default_cfgs
 
+from mmwf.models.frontends import register_timm_models
 from mmwf.models.layers import OPERATORS
 
-from .base import register_timm_models
 from .deit import DeiT
 
 __all__ = ['TIMM_VARIANTS']  # and the timm entry points registered below

@@ -16,18 +16,19 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import DropPath
 from timm.models import generate_default_cfgs
 
+from mmwf.models.frontends import register_timm_models
 from mmwf.models.layers import (
-                                StaticDWConv,
-                                StaticLinear,
-                                build_token_norm,
-                                dynamic_block_ids,
-                                ffn_widths,
-                                map_to_tokens,
-                                swiglu,
+    StaticDWConv,
+    StaticLinear,
+    build_token_norm,
+    dynamic_block_ids,
+    ffn_widths,
+    map_to_tokens,
+    swiglu,
 )
 from mmwf.registry import MODELS
 
-from .base import PlainBackbone, register_timm_models
+from .base import PlainBackbone
 
 __all__ = ['WeightFormer', 'WeightFormerBlock', 'TIMM_VARIANTS']  # and the timm entry points registered below
 
