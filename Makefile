@@ -27,4 +27,4 @@ quick: install
 	$(PY) -m pytest -n auto --dist loadgroup -m "not slow and not benchmark"
 
 benchmark: install
-	$(PY) tools/analysis/benchmark.py
+	$(PY) tools/analysis/benchmark.py inference

@@ -1,5 +1,5 @@
 """The evaluations of a dynamic block's operations timed against each other on one device, beside the one the kernel
-table and the cost rule pick (``tools/analysis/benchmark.py --bench kernels``): the per-sample depthwise conv
+table and the cost rule pick (``tools/analysis/benchmark.py kernels``): the per-sample depthwise conv
 (:func:`~mmwf.models.layers.dynamic_dwconv.per_sample_depthwise_conv`'s four), the adaptive pooling of its
 predictor (PyTorch's op or two averaging matrices) and the Bilateral dynamic linear's update (factored or
 materialized, each in the tokens' or the core's order: :func:`~mmwf.models.layers.dynamic_linear.weight_form`,

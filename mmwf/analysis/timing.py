@@ -67,6 +67,27 @@ def last_line_of(script: str, args: list[str], threads: int) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+def training_step(parameters, loss: Callable[[], torch.Tensor], device: str, amp: torch.dtype | None = None,
+                  weight_decay: float = 0.01) -> Callable[[], torch.Tensor]:
+    """One training step as every benchmark times it: ``loss()`` under ``amp`` autocast (float16 with a dynamic loss
+    scale, as mmengine's AmpOptimWrapper; None: fp32), backward, AdamW (lr 1e-4); the step returns the loss, and its
+    GradScaler is the step's attribute ``scaler`` (a scale that keeps falling means non-finite gradients)."""
+    optimizer = torch.optim.AdamW(parameters, lr=1e-4, weight_decay=weight_decay)
+    device_type = device.split(':')[0]
+    scaler = torch.amp.GradScaler(device_type, enabled=amp == torch.float16)
+
+    def step() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type, dtype=amp or torch.float32, enabled=amp is not None):
+            value = loss()
+        scaler.scale(value).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return value.detach()
+    step.scaler = scaler
+    return step
+
+
 def interleaved_times(steps: list[Callable[[], object]], rounds: int, device: str) -> list[list[float]]:
     """Seconds of each step per round, after one warm-up call each; the steps take turns within a round, so that
     the machine's drifts (shared CPUs, clocks) fall on all of them alike."""

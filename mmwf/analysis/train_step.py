@@ -1,6 +1,6 @@
 """A training step of a classifier (the ImageNet recipe: cross-entropy, AdamW, mixed precision) or of a dense
 backbone with its SimpleFeaturePyramid (the Cascade configs' backbone + neck), built from torch, timm and mmengine
-alone, for timing on any device (``tools/analysis/train_step_benchmark.py``)."""
+alone, for timing on any device (``tools/analysis/benchmark.py train``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -9,6 +9,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mmwf.analysis.timing import training_step
+
 PARTS = ('classifier', 'backbone+pyramid')
 
 
@@ -16,9 +18,8 @@ def train_step(name: str, part: str, batch: int, size: int, device: str, amp: bo
                network: nn.Module | None = None) -> tuple[Callable[[], torch.Tensor], nn.Module]:
     """One training step of model ``name`` (a name of :func:`mmwf.analysis.models.classifier_config`) as ``part``:
     forward, loss, backward, AdamW step, on a fixed random batch (batch, 3, size, size), returning the loss; and the
-    model it trains. With ``amp`` on CUDA the step scales the loss dynamically (fp16, as AmpOptimWrapper), and its
-    GradScaler is the step's attribute ``scaler``: a scale that keeps falling means every step is skipped for
-    non-finite gradients. ``network``: a classifier (images -> logits) from elsewhere (a reference's) trained instead
+    model it trains (:func:`~mmwf.analysis.timing.training_step`; ``amp``: fp16 with a dynamic loss scale on CUDA,
+    bf16 on the CPU). ``network``: a classifier (images -> logits) from elsewhere (a reference's) trained instead
     of ``name``'s."""
     from mmwf.analysis.models import backbone_config, classifier_config
     from mmwf.models.necks import SimpleFeaturePyramid
@@ -42,21 +43,11 @@ def train_step(name: str, part: str, batch: int, size: int, device: str, amp: bo
         def forward(x):
             return neck(backbone(x))
     model = model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    scaler = torch.amp.GradScaler(device, enabled=amp and device.startswith('cuda'))
     x = torch.randn(batch, 3, size, size, device=device)
     target = torch.randint(0, 1000, (batch,), device=device)
 
-    def step() -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.split(':')[0], dtype=torch.float16 if device.startswith('cuda') else torch.bfloat16,
-                            enabled=amp):
-            out = forward(x)
-            loss = (F.cross_entropy(out, target) if part == 'classifier'
-                    else sum(o.float().square().mean() for o in out))
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        return loss.detach()
-    step.scaler = scaler
-    return step, model
+    def loss() -> torch.Tensor:
+        out = forward(x)
+        return F.cross_entropy(out, target) if part == 'classifier' else sum(o.float().square().mean() for o in out)
+    dtype = (torch.float16 if device.startswith('cuda') else torch.bfloat16) if amp else None
+    return training_step(model.parameters(), loss, device, dtype), model

@@ -85,8 +85,8 @@ def test_dynamic_strength_tool(images_dir, tmp_path):
 
 @pytest.mark.slow
 def test_benchmark_tool_with_memory_and_plot(tmp_path):
-    out = run('tools/analysis/benchmark.py', '--sizes', '32', '--models', 'static-t', 'deit-t', '--rounds', '1',
-              '--iters', '1', '--plot', str(tmp_path / 'bench.png'))
+    out = run('tools/analysis/benchmark.py', 'inference', '--sizes', '32', '--models', 'static-t', 'deit-t',
+              '--rounds', '1', '--iters', '1', '--plot', str(tmp_path / 'bench.png'))
     rows = [[c.strip() for c in r.split('|')[1:-1]] for r in out.splitlines() if r.startswith(('| static', '| deit'))]
     assert len(rows) == 2
     for *_, img_s, _ratio, peak, act in rows:
@@ -106,7 +106,7 @@ def test_classifier_names():
 
 @pytest.mark.slow
 def test_workload_benchmark_compares_config_pairs(tmp_path):
-    """workload_benchmark.py: a training step of the UperNet pair and whole-image segmentation in both test modes,
+    """benchmark.py workload: a training step of the UperNet pair and whole-image segmentation in both test modes,
     side by side (the modes share one code path: one training mode here). The paper's configs at 128 x 128 crops
     (sliding windows of 128, stride 85) and an image just above one crop, so that sliding takes two windows."""
     configs = []
@@ -116,7 +116,7 @@ def test_workload_benchmark_compares_config_pairs(tmp_path):
 crop_size = (128, 128)
 model = dict(data_preprocessor=dict(size=crop_size), test_cfg=dict(crop_size=crop_size, stride=(85, 85)))
 """)
-    res = subprocess.run([sys.executable, 'tools/analysis/workload_benchmark.py', '--configs', *map(str, configs),
+    res = subprocess.run([sys.executable, 'tools/analysis/benchmark.py', 'workload', '--configs', *map(str, configs),
                           '--rounds', '1', '--no-memory', '--modes', 'train backbone+neck', '--image-sizes', '128x160'],
                          cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -157,7 +157,7 @@ class VisionTransformer(nn.Sequential):
 
 def test_train_step_benchmark_takes_the_release_classifier_from_a_file(tmp_path):
     (tmp_path / 'wfm.py').write_text(REFERENCE_WFM)
-    out = run('tools/analysis/train_step_benchmark.py', '--models', 'wf-t', 'deit-t', '--release-wfm',
+    out = run('tools/analysis/benchmark.py', 'train', '--models', 'wf-t', 'deit-t', '--release-wfm',
               str(tmp_path / 'wfm.py'), '--batch', '2', '--size', '32', '--rounds', '1', '--iters', '1', '--device',
               'cpu')
     rows = {r.split('|')[1].strip(): r for r in out.splitlines() if r.startswith('| ')}
@@ -187,8 +187,8 @@ DiT_models = {'DiT-S/2': Tiny}
 @pytest.mark.slow
 def test_generation_benchmark_compares_wf_dit_with_dit_and_a_reference_file(tmp_path):
     (tmp_path / 'models.py').write_text(REFERENCE_DIT)
-    out = run('tools/analysis/generation_benchmark.py', '--archs', 'S/2', '--sizes', '16', '--batch', '1', '--rounds',
-              '1', '--no-memory', '--dit-models', str(tmp_path / 'models.py'))
+    out = run('tools/analysis/benchmark.py', 'generation', '--archs', 'S/2', '--sizes', '16', '--batch', '1',
+              '--rounds', '1', '--no-memory', '--dit-models', str(tmp_path / 'models.py'))
     header = next(r for r in out.splitlines() if r.startswith('| arch'))
     assert [c.strip() for c in header.split('|')[4:9]] == ['WF-DiT s', 'DiT s', 'DiT (facebookresearch) s', 'vs DiT',
                                                            'vs DiT (facebookresearch)']
@@ -198,7 +198,7 @@ def test_generation_benchmark_compares_wf_dit_with_dit_and_a_reference_file(tmp_
         assert float(r[3]) > 0 and float(r[4]) > 0 and float(r[5]) >= 0
         # the tiny reference (one conv) is the faster: its ratio against WF-DiT well below 1
         assert r[6].endswith('x') and float(r[7].rstrip('x')) < 0.5
-    res = subprocess.run([sys.executable, 'tools/analysis/generation_benchmark.py', '--release-dit',
+    res = subprocess.run([sys.executable, 'tools/analysis/benchmark.py', 'generation', '--release-dit',
                           str(tmp_path / 'none.py')], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode and 'none.py: no such file' in res.stderr
 
@@ -207,7 +207,7 @@ def test_generation_benchmark_compares_wf_dit_with_dit_and_a_reference_file(tmp_
 def test_onnx_benchmark_checks_and_times_both_exports(tmp_path):
     """Each model's static and dynamic graphs are checked against PyTorch (differences printed) and timed against
     eager PyTorch in one table, with the ratio of the two models."""
-    out = run('tools/analysis/onnx_benchmark.py', '--models', 'wf-t', 'deit-t', '--sizes', '64', '--rounds', '1',
+    out = run('tools/analysis/benchmark.py', 'onnx', '--models', 'wf-t', 'deit-t', '--sizes', '64', '--rounds', '1',
               '--work-dir', str(tmp_path))
     diffs = [float(line.rsplit('= ', 1)[1]) for line in out.splitlines() if 'largest |ONNX Runtime' in line]
     assert len(diffs) == 4 and max(diffs) < 1e-4

@@ -37,8 +37,8 @@ def test_crossover_interpolates_the_log_ratio_in_log_length():
 
 
 def test_tool_prints_both_modes_and_plots(tmp_path):
-    res = subprocess.run([sys.executable, 'tools/analysis/engine_split.py', '--models', 'deit-t', 'wf-t', '--sizes',
-                          '64', '128', '--rounds', '1', '--plot', str(tmp_path / 'split.png')], cwd=ROOT,
+    res = subprocess.run([sys.executable, 'tools/analysis/benchmark.py', 'engine-split', '--models', 'deit-t', 'wf-t',
+                          '--sizes', '64', '128', '--rounds', '1', '--plot', str(tmp_path / 'split.png')], cwd=ROOT,
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = [r for r in res.stdout.splitlines() if r.startswith(('| deit-t', '| wf-t'))]

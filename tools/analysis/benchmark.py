@@ -1,195 +1,43 @@
-"""Inference throughput and peak memory of WeightFormer, the static baseline CNN and DeiT (timm) against
-resolution, measured side by side: a markdown table and a PNG in the style of the paper's Figure 5.
+"""The speed and memory benchmarks, side by side in interleaved rounds, one sub-command each (`--help` on each):
 
-Models run interleaved, round after round, on identical inputs. Throughput is the median over rounds;
-a ratio is the median over rounds of (reference time / model time) within the same round, which keeps
-the machine's drifts (shared CPUs) out of the comparison. CPU by default (threads = all cores); on CUDA
-the device is synchronised around each timed loop.
+    python tools/analysis/benchmark.py inference --sizes 224 512 1024 --models wf-t static-t deit-t --plot fig5.png
+    python tools/analysis/benchmark.py kernels --models wf-t --sizes 224 1024 --device cuda
+    python tools/analysis/benchmark.py train --part classifier --batch 256 --size 224 --amp --device cuda
+    python tools/analysis/benchmark.py generation --archs S/2 B/2 --batch 32 --device cuda
+    python tools/analysis/benchmark.py workload --rounds 3 --plot workload.png
+    python tools/analysis/benchmark.py engine-split --plot docs/images/engine_split.png
+    python tools/analysis/benchmark.py onnx --sizes 224 1024
 
-Memory of one forward pass: on CUDA, peak ``max_memory_allocated`` and its rise over the weights and input
-(activations); on CPU, in a fresh subprocess per model and size, the peak resident set (VmHWM) and its rise
-during the forward (activations; the peak is reset before the forward through /proc/self/clear_refs).
-
-    python tools/analysis/benchmark.py                       # 224 (batch 16), 512, 1024 (batch 1)
-    python tools/analysis/benchmark.py --sizes 224 512 768 1024 1248 --models wf-t wf-s static-t deit-t deit-s \
-        --plot benchmark.png
-    python tools/analysis/benchmark.py --models deit-t deit-t-relu deit-t-mhla deit-t-ttt   # linear attention
-    python tools/analysis/benchmark.py --bench kernels --models wf-t --sizes 224 1024 --device cuda
-
-``--bench kernels``: each operation of a dynamic block (the per-sample depthwise conv, the adaptive pooling, the
-Bilateral linear's update) timed in every evaluation mmwf has for it, inference and training, beside the one the
-kernel table and cost rule pick on this device (:mod:`mmwf.analysis.kernels`).
-
-The workload of detection / segmentation configs is tools/analysis/workload_benchmark.py.
+inference: throughput and peak memory of classifiers against resolution (Table 3, Figure 5); kernels: a dynamic
+block's operations in every evaluation beside the layers' rule; train: a classifier's or backbone + pyramid's
+training step; generation: WF-DiT against DiT, training and sampling steps (``--profile``: by phase and operator
+group); workload: detection / segmentation configs in pairs; engine-split: one block's token mixer against its
+channel mixer; onnx: ONNX Runtime against eager PyTorch.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os.path as osp
-import statistics
 
 import torch
-import torch.nn as nn
 
-from mmwf.analysis import build_classifier
-from mmwf.analysis.timing import interleaved_times, last_line_of, peak_memory, time_call
+from mmwf.analysis.benchmarks import BENCHMARKS
 
 
-def build(name: str, size: int) -> nn.Module:
-    """Classifier-form models (1000-class head) as in the paper's Table 3: ``deit-t`` / ``deit-s`` are timm's
-    (the reference); every other name is one of mmwf's (:func:`mmwf.analysis.classifier_config`:
-    ``wf-t``, ``static-t``, ``deit-t-relu``, ``deit-s-ttt``, ...)."""
-    import timm
-    if name in ('deit-t', 'deit-s'):
-        return timm.create_model(f'deit_{"tiny" if name == "deit-t" else "small"}_patch16_224', img_size=size).eval()
-    try:
-        return build_classifier(name)
-    except ValueError as err:
-        raise SystemExit(str(err)) from None
-
-
-def time_once(model: nn.Module, x: torch.Tensor, iters: int) -> float:
-    """Seconds per image for ``iters`` forward passes."""
-    return time_call(lambda: [model(x) for _ in range(iters)], str(x.device)) / (iters * x.shape[0])
-
-
-def measure(names: list[str], size: int, batch: int, rounds: int, iters: int, device: str,
-            compile: bool = False) -> dict[str, list[float]]:
-    """Seconds per image of each model at one resolution, one entry per round (models interleaved)."""
-    x = torch.randn(batch, 3, size, size, device=device)
-    models = {n: build(n, size).to(device) for n in names}
-    if compile:
-        models = {n: torch.compile(m) for n, m in models.items()}
-    per_image: dict[str, list[float]] = {n: [] for n in names}
-    with torch.inference_mode():
-        for m in models.values():
-            m(x)  # warm-up
-        for _ in range(rounds):
-            for n, m in models.items():
-                per_image[n].append(time_once(m, x, iters))
-    return per_image
-
-
-def forward_memory(name: str, size: int, batch: int, device: str) -> dict[str, float]:
-    """Peak and activation memory (MB) of one forward pass, measured in this process."""
-    model = build(name, size).to(device)
-    x = torch.randn(batch, 3, size, size, device=device)
-    with torch.inference_mode():
-        peak, base = peak_memory(lambda: model(x), device)
-    return dict(peak=peak, activations=peak - base)
-
-
-def memory_in_subprocess(name: str, size: int, batch: int, threads: int) -> dict[str, float]:
-    """CPU memory of one forward in a fresh interpreter."""
-    return json.loads(last_line_of(osp.abspath(__file__), ['--memory-probe', name, str(size), str(batch)], threads))
-
-
-def save_plot(rows: list[dict], path: str, device: str) -> None:
-    """Throughput and activation memory against resolution, one line per model (Figure 5's layout)."""
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for name in dict.fromkeys(r['model'] for r in rows):
-        mine = [r for r in rows if r['model'] == name]
-        sizes = [r['size'] for r in mine]
-        axes[0].plot(sizes, [r['img_s'] for r in mine], marker='o', label=name)
-        if 'activations' in mine[0]:
-            axes[1].plot(sizes, [max(r['activations'], 1e-3) for r in mine], marker='o', label=name)
-    axes[0].set(xlabel='input resolution', ylabel='throughput (img/s, log)', yscale='log',
-                title=f'inference throughput ({device})')
-    axes[1].set(xlabel='input resolution', ylabel='memory (MB, log)', yscale='log',
-                title='activation memory of one forward (batch as in the table)')
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def parse_batches(spec: list[str]) -> dict[int, int]:
-    return {int(s.split(':')[0]): int(s.split(':')[1]) for s in spec}
-
-
-def bench_kernels(names: list[str], sizes: list[int], batches: dict[int, int], rounds: int, device: str) -> None:
-    """One markdown table: per model, size and mode, each operation's evaluations (median ms of ``rounds``
-    interleaved rounds), the rule's pick, the fastest, and the rule's time over the fastest."""
-    from mmwf.analysis.kernels import MODES, kernel_cases
-    archs = {name: name.split('-', 1)[1] for name in names}
-    if any(not name.startswith('wf-') for name in names):
-        raise SystemExit(f'--bench kernels times WeightFormer\'s dynamic layers: give wf-t, wf-s or wf-b, not '
-                         f'{" ".join(n for n in names if not n.startswith("wf-"))}')
-    print(f'device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}, {rounds} rounds, '
-          'median ms; the rule: the kernel table and the cost rule on this device')
-    print('| model | input | batch | mode | operation | ms by evaluation | rule picks | fastest | rule / fastest |')
-    print('|---|---|---|---|---|---|---|---|---|')
-    for name, arch in archs.items():
-        for size in sizes:
-            batch = batches.get(size, 1)
-            for mode in MODES:
-                for case in kernel_cases(arch, size, batch, device, mode):
-                    times = interleaved_times(list(case.evaluations.values()), rounds, device)
-                    ms = {n: statistics.median(t) * 1e3 for n, t in zip(case.evaluations, times)}
-                    fastest = min(ms, key=ms.get)
-                    cells = ', '.join(f'{n} {t:.3f}' for n, t in ms.items())
-                    print(f'| {name} | {size} | {batch} | {mode} | {case.operation} | {cells} | {case.rule} | '
-                          f'{fastest} | {ms[case.rule] / ms[fastest]:.2f}x |', flush=True)
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--bench', choices=['inference', 'kernels'], default='inference',
-                        help='whole models (throughput, memory) or the dynamic layers\' evaluations. '
-                        'Defaults to inference')
-    parser.add_argument('--models', nargs='+', default=['wf-t', 'static-t', 'deit-t'])
-    parser.add_argument('--sizes', nargs='+', type=int, default=[224, 512, 1024])
-    parser.add_argument('--batch', nargs='+', default=['224:16'],
-                        help='SIZE:BATCH pairs; sizes not listed use batch 1')
-    parser.add_argument('--rounds', type=int, default=7)
-    parser.add_argument('--iters', type=int, default=2, help='forward passes per round')
-    parser.add_argument('--reference', default='deit-t', help='model the ratios are taken against')
-    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    parser.add_argument('--threads', type=int, default=None, help='torch CPU threads (default: all)')
-    parser.add_argument('--no-memory', action='store_true', help='skip the memory measurements')
-    parser.add_argument('--plot', help='write the Figure-5-style PNG here')
-    parser.add_argument('--compile', action='store_true', help='torch.compile every model')
-    parser.add_argument('--memory-probe', nargs=3, metavar=('MODEL', 'SIZE', 'BATCH'), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    commands = parser.add_subparsers(dest='benchmark', required=True, metavar='{' + ','.join(BENCHMARKS) + '}')
+    for name, module in BENCHMARKS.items():
+        sub = commands.add_parser(name, description=module.__doc__.split('\n\n')[0],
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(sub)
+        sub.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+        sub.add_argument('--threads', type=int, default=None, help='torch CPU threads (default: all)')
+    args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.memory_probe:
-        name, size, batch = args.memory_probe
-        print(json.dumps(forward_memory(name, int(size), int(batch), args.device)))
-        return
-    batches = parse_batches(args.batch)
-    if args.bench == 'kernels':
-        bench_kernels(args.models, args.sizes, batches, args.rounds, args.device)
-        return
-    print(f'device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, '
-          f'{args.rounds} rounds x {args.iters} iters, median')
-    print(f'| model | input | batch | img/s | ratio vs {args.reference} | peak MB | activations MB |')
-    print('|---|---|---|---|---|---|---|')
-    rows = []
-    for size in args.sizes:
-        batch = batches.get(size, 1)
-        times = measure(args.models, size, batch, args.rounds, args.iters, args.device, args.compile)
-        ref = times.get(args.reference)
-        for name, t in times.items():
-            # the ratio is taken round by round (same moment, same machine state), then the median
-            ratio = f'{statistics.median(r / s for r, s in zip(ref, t)):.2f}x' if ref else '-'
-            row = dict(model=name, size=size, batch=batch, img_s=1 / statistics.median(t))
-            memory = '- | -'
-            if not args.no_memory:
-                row.update(forward_memory(name, size, batch, args.device) if args.device.startswith('cuda')
-                           else memory_in_subprocess(name, size, batch, torch.get_num_threads()))
-                memory = f'{row["peak"]:.0f} | {row["activations"]:.0f}'
-            rows.append(row)
-            print(f'| {name} | {size} | {batch} | {row["img_s"]:.1f} | {ratio} | {memory} |', flush=True)
-    if args.plot:
-        save_plot(rows, args.plot, args.device)
-        print(f'saved {args.plot}')
+    args.script = osp.abspath(__file__)
+    BENCHMARKS[args.benchmark].run(args)
 
 
 if __name__ == '__main__':

@@ -1,9 +1,10 @@
-"""The CUDA checks in one prepared run of at most about ten minutes on one GPU, each step a tool of this folder or
-the CUDA tests, results written to ``--out``: ``results.json`` (every step's status, time, command and tables; the
-tests one by one; the paper's GPU claims beside what was measured), ``results.md`` (the same as tables), ``log.txt``
-(every step's whole output) and the plots. Started by ``bash tools/cuda_check.sh``, which installs what a machine
-with torch and timm lacks; a step whose need is missing (a CUDA device, two of them, ONNX Runtime's CUDA provider)
-is skipped with the reason, and a step that fails or runs out of time does not stop the others.
+"""The CUDA checks in one prepared run of at most about ten minutes on one GPU, each step a benchmark of
+``benchmark.py`` or the CUDA tests, results written to ``--out``: ``results.json`` (every step's status, time, command
+and tables; the tests one by one; the paper's GPU claims beside what was measured), ``results.md`` (the same as
+tables), ``log.txt`` (every step's whole output) and the plots. Started by ``bash tools/cuda_check.sh``, which
+installs what a machine with torch and timm lacks; a step whose need is missing (a CUDA device, two of them, ONNX
+Runtime's CUDA provider) is skipped with the reason, and a step that fails or runs out of time does not stop the
+others.
 
     bash tools/cuda_check.sh --out work_dirs/cuda_check                 # on a GPU machine
     bash tools/cuda_check.sh --dry-run --out /tmp/cuda_check            # every step at tiny sizes on the CPU
@@ -48,8 +49,9 @@ class Step:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def tool(script: str, *args: object) -> list[str]:
-    return [sys.executable, osp.join(TOOLS, script), *map(str, args)]
+def tool(benchmark: str, *args: object) -> list[str]:
+    """``benchmark.py BENCHMARK ARGS``."""
+    return [sys.executable, osp.join(TOOLS, 'benchmark.py'), benchmark, *map(str, args)]
 
 
 def cuda_devices() -> int:
@@ -97,35 +99,35 @@ def steps(out: str, dry_run: bool) -> list[Step]:
              [sys.executable, '-m', 'pytest', '-m', 'cuda', 'tests/test_cuda.py', '-p', 'no:cacheprovider', '-q',
               '-rA', '--junitxml', osp.join(out, 'cuda_tests.xml')], 180),
         Step('table3', 'WF-T vs DeiT-T (timm, fused attention): throughput and peak memory',
-             tool('benchmark.py', '--models', 'wf-t', 'deit-t', *table3, '--plot', osp.join(out, 'benchmark.png')),
+             tool('inference', '--models', 'wf-t', 'deit-t', *table3, '--plot', osp.join(out, 'benchmark.png')),
              90),
         Step('table3-unfused', 'DeiT-T with unfused attention (TIMM_FUSED_ATTN=0), as DeiT computed it',
-             tool('benchmark.py', '--models', 'deit-t', *table3), 90, env=dict(TIMM_FUSED_ATTN='0')),
+             tool('inference', '--models', 'deit-t', *table3), 90, env=dict(TIMM_FUSED_ATTN='0')),
         Step('train-imagenet', f'ImageNet classifier training step, batch {cls_batch} at {cls_size}, AMP',
-             tool('train_step_benchmark.py', '--part', 'classifier', '--batch', cls_batch, '--size', cls_size,
+             tool('train', '--part', 'classifier', '--batch', cls_batch, '--size', cls_size,
                   '--amp', '--device', dev, *rounds, '--iters', 1 if dry_run else 3), 60),
         *[Step(f'train-{family}', f'{family} backbone + SimpleFeaturePyramid training step, batch {b} at {s}, AMP',
-               tool('train_step_benchmark.py', '--part', 'backbone+pyramid', '--batch', b, '--size', s, '--amp',
+               tool('train', '--part', 'backbone+pyramid', '--batch', b, '--size', s, '--amp',
                     '--device', dev, *rounds, '--iters', 1 if dry_run else 3), 60)
           for family, (b, s) in dense.items()],
         *[Step(f'train-wf-dit-{amp}', f'WF-DiT vs DiT {dit} training step, {amp} autocast (the *_{amp} configs)',
-               tool('generation_benchmark.py', '--archs', dit, '--modes', 'train',
+               tool('generation', '--archs', dit, '--modes', 'train',
                     '--amp', amp, *gen, *gen_no_memory), 60)
           for amp in ('bf16', 'fp16')],
         Step('generation', f"WF-DiT vs DiT, S/2{'' if dry_run else ' and B/2'}, fp32 training and sampling steps at "
              "Table 7's per-GPU batch",
-             tool('generation_benchmark.py', '--archs', 'S/2', *([] if dry_run else ['B/2']), '--modes', 'train',
+             tool('generation', '--archs', 'S/2', *([] if dry_run else ['B/2']), '--modes', 'train',
                   'sample', *gen, *gen_no_memory), 90),
         Step('kernels', "the dynamic layers' evaluations timed, and the rule's pick",
-             tool('benchmark.py', '--bench', 'kernels', '--models', 'wf-t', '--sizes', *sizes, '--batch', *batch,
+             tool('kernels', '--models', 'wf-t', '--sizes', *sizes, '--batch', *batch,
                   *rounds, '--device', dev), 90),
         Step('profile', 'WF-DiT vs DiT S/2 training step by phase and operator group',
-             tool('generation_benchmark.py', '--profile', '--archs', 'S/2', '--modes', 'train', *gen), 60),
+             tool('generation', '--profile', '--archs', 'S/2', '--modes', 'train', *gen), 60),
         Step('engine-split', "one block's token mixer against its channel mixer",
-             tool('engine_split.py', '--device', dev, *rounds, '--plot', osp.join(out, 'engine_split.png'),
+             tool('engine-split', '--device', dev, *rounds, '--plot', osp.join(out, 'engine_split.png'),
                   *(['--models', 'deit-t', 'wf-t', '--sizes', 64] if dry_run else [])), 90),
         *[Step(f'onnx-{precision}', f"ONNX Runtime's CUDA execution provider against eager PyTorch, {precision}",
-               tool('onnx_benchmark.py', '--device', 'cuda', '--models', 'wf-t', 'deit-t', '--sizes', 224, 1024,
+               tool('onnx', '--device', 'cuda', '--models', 'wf-t', 'deit-t', '--sizes', 224, 1024,
                     *rounds, *(['--fp16'] if precision == 'fp16' else [])), 90,
                need_gpus(1, dry_run) if dry_run else need_onnx('CUDAExecutionProvider'))
           for precision in ('fp32', 'fp16')],

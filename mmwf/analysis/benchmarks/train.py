@@ -1,11 +1,6 @@
-"""Training-step time and peak memory of WeightFormer against DeiT, side by side (interleaved rounds): the
-classifier step of the ImageNet recipe (batch 256 at 224 with AMP on one GPU) and the backbone + SimpleFeaturePyramid
-step of the Cascade configs (1024 x 1024). Needs torch, timm and mmengine only.
-
-    python tools/analysis/train_step_benchmark.py --device cuda --part classifier --batch 256 --size 224 --amp
-    python tools/analysis/train_step_benchmark.py --device cuda --part backbone+pyramid --batch 4 --size 1024 --amp
-    python tools/analysis/train_step_benchmark.py --models wf-t deit-t --release-wfm WeightFormer/model/wfm.py \
-        --batch 16 --size 224 --device cpu
+"""``benchmark.py train``: training-step time and peak memory of WeightFormer against DeiT, side by side
+(interleaved rounds): the classifier step of the ImageNet recipe (batch 256 at 224 with AMP on one GPU) and the
+backbone + SimpleFeaturePyramid step of the Cascade configs (1024 x 1024). Needs torch, timm and mmengine only.
 
 ``--release-wfm`` adds the WeightFormer release's own classifiers (its ``model/wfm.py``, read from the user's path)
 for each ``wf-{t,s}`` asked for, as ``wf-t (release)`` and so on: its ``VisionTransformer`` with the arguments of its
@@ -13,20 +8,15 @@ for each ``wf-{t,s}`` asked for, as ``wf-t (release)`` and so on: its ``VisionTr
 """
 from __future__ import annotations
 
-import argparse
 import statistics
-import time
 
-import torch
-
-from mmwf.analysis.timing import module_from_file
+from mmwf.analysis.timing import interleaved_times, module_from_file, peak_memory
 from mmwf.analysis.train_step import PARTS, train_step
 
 RELEASE_ARGS = {'wf-t': dict(embed_dim=192, depth=17), 'wf-s': dict(embed_dim=384, depth=17)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+def add_arguments(parser) -> None:
     parser.add_argument('--models', nargs='+', default=['wf-t', 'deit-t'])
     parser.add_argument('--part', choices=PARTS, default='classifier')
     parser.add_argument('--batch', type=int, default=256)
@@ -34,10 +24,10 @@ def main() -> None:
     parser.add_argument('--amp', action='store_true', help='mixed precision (fp16 on CUDA, bf16 on CPU)')
     parser.add_argument('--rounds', type=int, default=5)
     parser.add_argument('--iters', type=int, default=3, help='steps per round')
-    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     parser.add_argument('--release-wfm', help="the WeightFormer release's model/wfm.py: its classifiers side by side")
-    args = parser.parse_args()
-    cuda = args.device.startswith('cuda')
+
+
+def run(args) -> None:
     steps = {name: train_step(name, args.part, args.batch, args.size, args.device, args.amp)[0] for name in args.models}
     if args.release_wfm:
         release = module_from_file(args.release_wfm, "the release's model/wfm.py")
@@ -46,25 +36,14 @@ def main() -> None:
                                                 **RELEASE_ARGS[name])
             steps[f'{name} (release)'] = train_step(name, args.part, args.batch, args.size, args.device, args.amp,
                                                     network)[0]
-    times, peaks = {n: [] for n in steps}, {}
-    for name, step in steps.items():  # warm-up, and the peak of one step
-        step()
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            step()
-            torch.cuda.synchronize()
-            peaks[name] = torch.cuda.max_memory_allocated() / 2 ** 20
-    for _ in range(args.rounds):
+    peaks = {}  # CUDA: the peak allocation of one step after a warm-up (on the CPU a step's peak is not its own)
+    if args.device.startswith('cuda'):
         for name, step in steps.items():
-            if cuda:
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(args.iters):
-                step()
-            if cuda:
-                torch.cuda.synchronize()
-            times[name].append((time.perf_counter() - start) / args.iters)
+            step()
+            peaks[name] = peak_memory(step, args.device)[0]
+    times = dict(zip(steps, interleaved_times([lambda s=s: [s() for _ in range(args.iters)] for s in steps.values()],
+                                              args.rounds, args.device)))
+    times = {name: [t / args.iters for t in ts] for name, ts in times.items()}
     ref = args.models[-1]
     print(f'{args.part}, batch {args.batch} at {args.size}, {"AMP" if args.amp else "fp32"}, {args.device}; loss and '
           'loss scale after the last step (fp16 on CUDA scales dynamically; a scale far below its start of 65536 means '
@@ -77,7 +56,3 @@ def main() -> None:
         scale = f'{scaler.get_scale():.3g}' if scaler.is_enabled() else '-'
         print(f'| {name} | {t:.3f} | {args.batch / t:.1f} | {ratio:.2f}x | {peaks.get(name, float("nan")):.0f} | '
               f'{loss.item():.3f} | {scale} |')
-
-
-if __name__ == '__main__':
-    main()

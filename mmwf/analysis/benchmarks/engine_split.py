@@ -1,15 +1,10 @@
-"""Where the time of a block goes, by engine: the token mixer (softmax attention, each linear attention,
-WeightFormer's dynamic depthwise conv) against the channel mixer (the MLP, WeightFormer's MLP with its dynamic
-linears) of one block of DeiT-T and WF-T, timed side by side (interleaved rounds) across sequence lengths (224 to
-2048 px at patch 16), in inference and in training (forward, backward); prints the length at which each token
-mixer's time exceeds its block's channel mixer's, and plots it.
-
-    python tools/analysis/engine_split.py --plot docs/images/engine_split.png
-    python tools/analysis/engine_split.py --models deit-t wf-t --sizes 224 512 1024 --device cuda
-"""
+"""``benchmark.py engine-split``: where the time of a block goes, by engine: the token mixer (softmax attention, each
+linear attention, WeightFormer's dynamic depthwise conv) against the channel mixer (the MLP, WeightFormer's MLP with
+its dynamic linears) of one block of DeiT-T and WF-T, timed side by side (interleaved rounds) across sequence lengths
+(224 to 2048 px at patch 16), in inference and in training (forward, backward); prints the length at which each token
+mixer's time exceeds its block's channel mixer's, and plots it."""
 from __future__ import annotations
 
-import argparse
 import statistics
 
 import torch
@@ -38,8 +33,7 @@ def token_mixer_name(model: str) -> str:
     return {'deit-t': 'softmax attention', 'wf-t': 'dynamic DWConv'}.get(model, f'{model.split("-")[-1]} attention')
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+def add_arguments(parser) -> None:
     parser.add_argument('--models', nargs='+', default=['deit-t', 'deit-t-elu', 'deit-t-relu', 'deit-t-inline',
                                                         'deit-t-mhla', 'deit-t-ttt', 'wf-t'])
     parser.add_argument('--sizes', nargs='+', type=int, default=[224, 384, 512, 768, 1024, 1536, 2048],
@@ -47,12 +41,10 @@ def main() -> None:
     parser.add_argument('--modes', nargs='+', default=list(MODES), choices=MODES)
     parser.add_argument('--batch', type=int, default=1)
     parser.add_argument('--rounds', type=int, default=5)
-    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    parser.add_argument('--threads', type=int, default=None)
     parser.add_argument('--plot', help='write the PNG here')
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+
+
+def run(args) -> None:
     print(f'device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch}, '
           f'{args.rounds} rounds; median ms of one block\'s token mixer / channel mixer')
     lengths = [(s // 16) ** 2 for s in args.sizes]
@@ -103,6 +95,3 @@ def save_plot(results: dict, lengths: list[int], path: str, device: str) -> None
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
-
-if __name__ == '__main__':
-    main()

@@ -1,14 +1,9 @@
-"""The real workload of detection / segmentation configs, compared in pairs (each config against the next; default:
-every Table 4 / 5 WeightFormer config against its DeiT row), side by side in interleaved rounds: a training step of
-backbone + neck and of the whole model (loss, backward, optimizer step) at the config's input size, and test-time
-inference, with peak memory (on CPU in a fresh interpreter per case); ``--image-sizes`` adds segmentation inference
-on whole images of those sizes in both test modes (``'whole'`` and the config's ``'slide'``). The speed-up is the
-median over rounds of (second / first) within a round.
-
-    python tools/analysis/workload_benchmark.py --rounds 3 --plot workload.png
-    python tools/analysis/workload_benchmark.py --configs configs/upernet_wf_t_ade20k.py \
-        configs/upernet_deit_t_ade20k.py --modes inference --image-sizes 512x2048 1024x2048
-"""
+"""``benchmark.py workload``: the real workload of detection / segmentation configs, compared in pairs (each config
+against the next; default: every Table 4 / 5 WeightFormer config against its DeiT row), side by side in interleaved
+rounds: a training step of backbone + neck and of the whole model (loss, backward, optimizer step) at the config's
+input size, and test-time inference, with peak memory (on CPU in a fresh interpreter per case); ``--image-sizes``
+adds segmentation inference on whole images of those sizes in both test modes (``'whole'`` and the config's
+``'slide'``). The speed-up is the median over rounds of (second / first) within a round."""
 from __future__ import annotations
 
 import argparse
@@ -36,8 +31,9 @@ def workload_memory(config: str, mode: str, size: str | None, test_mode: str | N
     """:func:`step_memory` of a workload case, on CPU in a fresh interpreter."""
     if args.device.startswith('cuda'):
         return step_memory(workload_case(config, mode, size, test_mode, args.device, args.compile), args.device)
-    probe = ['--workload-probe', config, mode, size or '-', test_mode or '-'] + (['--compile'] if args.compile else [])
-    return float(last_line_of(osp.abspath(__file__), probe, torch.get_num_threads()))
+    probe = ['workload', '--workload-probe', config, mode, size or '-', test_mode or '-',
+             *(['--compile'] if args.compile else [])]
+    return float(last_line_of(args.script, probe, torch.get_num_threads()))
 
 
 def run_workloads(args) -> list[dict]:
@@ -89,24 +85,19 @@ def save_workload_plot(rows: list[dict], path: str) -> None:
     plt.close(fig)
 
 
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+def add_arguments(parser) -> None:
     parser.add_argument('--configs', nargs='+', default=PAIRS, help='config pairs (default: Tables 4 / 5)')
     parser.add_argument('--modes', nargs='+', default=list(MODES), choices=MODES, help='steps to time')
     parser.add_argument('--image-sizes', nargs='*', default=[], help='HxW: segmentation inference on whole images '
                         "of these sizes in 'whole' and 'slide' mode")
     parser.add_argument('--rounds', type=int, default=7)
-    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    parser.add_argument('--threads', type=int, default=None, help='torch CPU threads (default: all)')
     parser.add_argument('--no-memory', action='store_true', help='skip the memory measurements')
     parser.add_argument('--compile', action='store_true', help='torch.compile the backbones and necks')
     parser.add_argument('--plot', help='write a bar chart PNG here')
     parser.add_argument('--workload-probe', nargs=4, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+
+
+def run(args) -> None:
     from mmengine.logging import MMLogger
     MMLogger.get_current_instance().setLevel(logging.WARNING)  # the models' build logs would interleave the table
     if args.workload_probe:
@@ -118,6 +109,3 @@ def main() -> None:
         save_workload_plot(rows, args.plot)
         print(f'saved {args.plot}')
 
-
-if __name__ == '__main__':
-    main()

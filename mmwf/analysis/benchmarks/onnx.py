@@ -1,9 +1,6 @@
-"""ONNX Runtime against eager PyTorch: each classifier exported twice (a static graph, and one with a dynamic batch
-and image size), the three run interleaved with the other models, round after round, in one table.
-
-    python tools/analysis/onnx_benchmark.py                                  # wf-t and deit-t at 224 and 1024, CPU
-    python tools/analysis/onnx_benchmark.py --sizes 224 --rounds 30 --repeat 10
-    python tools/analysis/onnx_benchmark.py --device cuda --fp16             # CUDA execution provider, half precision
+"""``benchmark.py onnx``: ONNX Runtime against eager PyTorch: each classifier exported twice (a static graph, and one
+with a dynamic batch and image size), the three run interleaved with the other models, round after round, in one
+table.
 
 A time is the median over rounds of one timed sample (``--repeat`` forward passes at batch ``--batch``); a ratio is
 the median over rounds of the per-round ratio, so the machine's drifts (shared CPUs, clocks) fall on both sides.
@@ -13,7 +10,6 @@ the input from host memory (on CUDA, a copy to the GPU).
 """
 from __future__ import annotations
 
-import argparse
 import os.path as osp
 import statistics
 import tempfile
@@ -35,17 +31,17 @@ def session(path: str, device: str):
     return ort.InferenceSession(path, providers=providers)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+def add_arguments(parser) -> None:
     parser.add_argument('--models', nargs='+', default=['wf-t', 'deit-t'])
     parser.add_argument('--sizes', type=int, nargs='+', default=[224, 1024])
     parser.add_argument('--batch', type=int, default=1)
     parser.add_argument('--rounds', type=int, default=10)
     parser.add_argument('--repeat', type=int, default=1, help='forward passes per timed sample')
-    parser.add_argument('--device', default='cpu', choices=['cpu', 'cuda'])
     parser.add_argument('--fp16', action='store_true', help='half-precision weights and inputs (CUDA)')
     parser.add_argument('--work-dir', help='where the ONNX files go (default: a temporary folder)')
-    args = parser.parse_args(argv)
+
+
+def run(args) -> None:
     if args.fp16 and args.device != 'cuda':
         raise SystemExit('error: --fp16 needs --device cuda (CPU kernels of ONNX Runtime are fp32)')
     dtype = torch.float16 if args.fp16 else torch.float32
@@ -96,6 +92,3 @@ def main(argv: list[str] | None = None) -> None:
     print('|---|---|---|---|---|---|---|')
     print('\n'.join(rows))
 
-
-if __name__ == '__main__':
-    main()

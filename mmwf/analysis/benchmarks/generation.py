@@ -1,32 +1,33 @@
-"""Training-step and sampling-step time and peak memory of WeightFormer-DiT against DiT, side by side (interleaved
-rounds, ratios taken round by round): S/2 and B/2 at 32 x 32 latents (256 px) and 64 x 64 (512 px), where
-WeightFormer's linear cost in the tokens should show. A training step is DiT's: the hybrid loss on a batch of
-latents, backward, AdamW (``train-cp``: with every block's activations recomputed in the backward pass, the configs'
-``with_cp``); a sampling step is one denoiser call and ancestral update of the 250-step sampler. Memory: CUDA's peak
-allocation above the start of the step, or on CPU the peak resident set of a fresh process.
+"""``benchmark.py generation``: training-step and sampling-step time and peak memory of WeightFormer-DiT against DiT,
+side by side (interleaved rounds, ratios taken round by round): S/2 and B/2 at 32 x 32 latents (256 px) and 64 x 64
+(512 px), where WeightFormer's linear cost in the tokens should show. A training step is DiT's: the hybrid loss on a
+batch of latents, backward, AdamW (``train-cp``: with every block's activations recomputed in the backward pass, the
+configs' ``with_cp``); a sampling step is one denoiser call and ancestral update of the 250-step sampler. Memory:
+CUDA's peak allocation above the start of the step, or on CPU the peak resident set of a fresh process.
 
 The references' own networks join the comparison from files the user gives (nothing of theirs is copied here):
 ``--dit-models`` facebookresearch/DiT's ``models.py`` and ``--release-dit`` the WeightFormer release's
 ``model/wfm_dit.py``; each runs as the denoiser of the same loss and sampler (their ``DiT_models[...]``
 constructors, the same forward(x, t, y)).
 
-    python tools/analysis/generation_benchmark.py --device cuda --batch 32
-    python tools/analysis/generation_benchmark.py --archs S/2 --sizes 32 --batch 4 --rounds 3   # CPU
-    python tools/analysis/generation_benchmark.py --dit-models DiT/models.py --release-dit WeightFormer/model/wfm_dit.py
-    python tools/analysis/generation_benchmark.py --modes train train-cp     # what activation checkpointing saves
-    python tools/analysis/generation_benchmark.py --profile --archs S/2 --sizes 32 --modes train  # where time goes
 """
 from __future__ import annotations
 
 import argparse
-import os.path as osp
 import statistics
 from collections.abc import Callable
 
 import torch
 import torch.nn as nn
 
-from mmwf.analysis.timing import interleaved_times, last_line_of, module_from_file, step_memory, step_profile
+from mmwf.analysis.timing import (
+    interleaved_times,
+    last_line_of,
+    module_from_file,
+    step_memory,
+    step_profile,
+    training_step,
+)
 from mmwf.registry import MODELS
 
 FAMILIES = {'WF-DiT': 'WeightFormerDiT', 'DiT': 'DiT'}
@@ -68,35 +69,23 @@ def make_step(family: str, arch: str, size: int, batch: int, mode: str, device: 
     x = torch.randn(batch, 4, size, size, device=device, generator=g)
     labels = torch.randint(0, 1000, (batch,), device=device, generator=g)
 
-    def autocast() -> torch.autocast:
-        return torch.autocast(device.split(':')[0], dtype=AMP_DTYPES.get(amp, torch.float32), enabled=amp is not None)
     if mode.startswith('train'):
         model.train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0)
-        scaler = torch.amp.GradScaler(device.split(':')[0], enabled=amp == 'fp16')
-
-        def step() -> None:
-            with autocast():
-                loss = sum(model(x, labels, mode='loss').values())
-            opt.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        return step
+        return training_step(model.parameters(), lambda: sum(model(x, labels, mode='loss').values()), device,
+                             AMP_DTYPES.get(amp), weight_decay=0)  # DiT's AdamW: lr 1e-4, no weight decay
     model.eval()
     sampler, t = model.sampler, torch.full((batch,), 100, device=device)
     mapped = sampler.timestep_map.to(device)[t]
 
     @torch.no_grad()
     def step() -> None:
-        with autocast():
+        with torch.autocast(device.split(':')[0], dtype=AMP_DTYPES.get(amp, torch.float32), enabled=amp is not None):
             out = model.denoiser(x, mapped, labels)
         sampler.p_sample(out.float(), x, t, torch.randn_like(x))
     return step
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+def add_arguments(parser) -> None:
     parser.add_argument('--archs', nargs='+', default=['S/2', 'B/2'])
     parser.add_argument('--sizes', nargs='+', type=int, default=[32, 64], help='latent sides (x 8 px)')
     parser.add_argument('--modes', nargs='+', default=['train', 'sample'], choices=['train', 'train-cp', 'sample'])
@@ -109,12 +98,10 @@ def main() -> None:
     parser.add_argument('--no-memory', action='store_true')
     parser.add_argument('--profile', action='store_true',
                         help="instead of the comparison: each family's step by phase and operator group (CPU)")
-    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    parser.add_argument('--threads', type=int, default=None)
     parser.add_argument('--memory-probe', nargs=6, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+
+
+def run(args) -> None:
     files = {name: getattr(args, dest) for name, dest in REFERENCES.items() if getattr(args, dest)}
     if args.memory_probe:
         family, arch, size, batch, mode, reference = args.memory_probe
@@ -132,9 +119,9 @@ def main() -> None:
         if args.device.startswith('cuda'):
             step = make_step(family, arch, size, args.batch, mode, args.device, files.get(family), args.amp)
             return f'{step_memory(step, args.device):.0f}'
-        probe = ['--memory-probe', family, arch, str(size), str(args.batch), mode, files.get(family, ''),
+        probe = ['generation', '--memory-probe', family, arch, str(size), str(args.batch), mode, files.get(family, ''),
                  *(['--amp', args.amp] if args.amp else [])]
-        return f'{float(last_line_of(osp.abspath(__file__), probe, torch.get_num_threads())):.0f}'
+        return f'{float(last_line_of(args.script, probe, torch.get_num_threads())):.0f}'
 
     print(f'device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch}, '
           f'{precision(args.amp)}, {args.rounds} rounds, median seconds per step; speed-up = the DiT\'s s / WF-DiT s, '
@@ -185,6 +172,3 @@ def print_profiles(families: list[str], files: dict[str, str], args: argparse.Na
                 walls = [f'{medians[f][("all", "step")]:.0f}' if p == shown[0] else '' for f in families for p in shown]
                 print('| step (wall) | ' + ' | '.join(walls) + ' |')
 
-
-if __name__ == '__main__':
-    main()

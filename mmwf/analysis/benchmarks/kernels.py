@@ -1,0 +1,49 @@
+"""``benchmark.py kernels``: each operation of a dynamic block (the per-sample depthwise conv, the adaptive pooling,
+the Bilateral linear's update) timed in every evaluation mmwf has for it, inference and training, beside the one
+the layers' rule picks on that device (:mod:`mmwf.analysis.kernels`)."""
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from mmwf.analysis.timing import interleaved_times
+
+from .inference import parse_batches
+
+
+def bench_kernels(names: list[str], sizes: list[int], batches: dict[int, int], rounds: int, device: str) -> None:
+    """One markdown table: per model, size and mode, each operation's evaluations (median ms of ``rounds``
+    interleaved rounds), the rule's pick, the fastest, and the rule's time over the fastest."""
+    from mmwf.analysis.kernels import MODES, kernel_cases
+    archs = {name: name.split('-', 1)[1] for name in names}
+    if any(not name.startswith('wf-') for name in names):
+        raise SystemExit(f'kernels times WeightFormer\'s dynamic layers: give wf-t, wf-s or wf-b, not '
+                         f'{" ".join(n for n in names if not n.startswith("wf-"))}')
+    print(f'device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}, {rounds} rounds, '
+          'median ms; the rule: the kernel table and the cost rule on this device')
+    print('| model | input | batch | mode | operation | ms by evaluation | rule picks | fastest | rule / fastest |')
+    print('|---|---|---|---|---|---|---|---|---|')
+    for name, arch in archs.items():
+        for size in sizes:
+            batch = batches.get(size, 1)
+            for mode in MODES:
+                for case in kernel_cases(arch, size, batch, device, mode):
+                    times = interleaved_times(list(case.evaluations.values()), rounds, device)
+                    ms = {n: statistics.median(t) * 1e3 for n, t in zip(case.evaluations, times)}
+                    fastest = min(ms, key=ms.get)
+                    cells = ', '.join(f'{n} {t:.3f}' for n, t in ms.items())
+                    print(f'| {name} | {size} | {batch} | {mode} | {case.operation} | {cells} | {case.rule} | '
+                          f'{fastest} | {ms[case.rule] / ms[fastest]:.2f}x |', flush=True)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument('--models', nargs='+', default=['wf-t'], help='wf-t, wf-s or wf-b')
+    parser.add_argument('--sizes', nargs='+', type=int, default=[224, 1024])
+    parser.add_argument('--batch', nargs='+', default=['224:16'],
+                        help='SIZE:BATCH pairs; sizes not listed use batch 1')
+    parser.add_argument('--rounds', type=int, default=5)
+
+
+def run(args) -> None:
+    bench_kernels(args.models, args.sizes, parse_batches(args.batch), args.rounds, args.device)
