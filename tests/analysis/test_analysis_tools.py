@@ -1,6 +1,4 @@
 """Analysis: effective receptive field, dynamic strength, benchmark memory, classifier FLOPs; the tools' CLIs."""
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,15 +8,14 @@ import torch.nn.functional as F
 from mmwf.analysis import dynamic_strength, effective_receptive_field, outside_fraction
 from mmwf.models.backbones import WeightFormer
 from mmwf.models.layers import AdaptiveDynamicDWConv, BilateralDynamicLinear
+from tests.tool_runner import run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = dict(embed_dims=32, depth=2, mlp_ratio=2)
 
 
 def run(*args):
-    res = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    return res.stdout
+    return run_tool(*args).stdout
 
 
 @pytest.fixture(scope='module')
@@ -116,10 +113,8 @@ def test_workload_benchmark_compares_config_pairs(tmp_path):
 crop_size = (128, 128)
 model = dict(data_preprocessor=dict(size=crop_size), test_cfg=dict(crop_size=crop_size, stride=(85, 85)))
 """)
-    res = subprocess.run([sys.executable, 'tools/analysis/benchmark.py', 'workload', '--configs', *map(str, configs),
-                          '--rounds', '1', '--no-memory', '--modes', 'train backbone+neck', '--image-sizes', '128x160'],
-                         cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-3000:]
+    res = run_tool('tools/analysis/benchmark.py', 'workload', '--configs', *configs, '--rounds', '1', '--no-memory',
+                   '--modes', 'train backbone+neck', '--image-sizes', '128x160')
     rows = [r for r in res.stdout.splitlines() if r.startswith('| upernet_wf_t_ade20k.py')]
     assert [r.split('|')[3].strip() for r in rows] == ['train backbone+neck', 'inference (whole)', 'inference (slide)']
     assert all(float(r.split('|')[7].strip().rstrip('x')) > 0 for r in rows)
@@ -198,9 +193,8 @@ def test_generation_benchmark_compares_wf_dit_with_dit_and_a_reference_file(tmp_
         assert float(r[3]) > 0 and float(r[4]) > 0 and float(r[5]) >= 0
         # the tiny reference (one conv) is the faster: its ratio against WF-DiT well below 1
         assert r[6].endswith('x') and float(r[7].rstrip('x')) < 0.5
-    res = subprocess.run([sys.executable, 'tools/analysis/benchmark.py', 'generation', '--release-dit',
-                          str(tmp_path / 'none.py')], cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode and 'none.py: no such file' in res.stderr
+    res = run_tool('tools/analysis/benchmark.py', 'generation', '--release-dit', tmp_path / 'none.py', ok=False)
+    assert 'none.py: no such file' in res.stderr
 
 
 @pytest.mark.slow

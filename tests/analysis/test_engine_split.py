@@ -1,13 +1,12 @@
 """The engine split: the mixers timed are the block's own branches, the crossover interpolation, and the tool."""
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from mmwf.analysis.engine_split import block_engines, crossover
+from tests.tool_runner import run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,10 +36,8 @@ def test_crossover_interpolates_the_log_ratio_in_log_length():
 
 
 def test_tool_prints_both_modes_and_plots(tmp_path):
-    res = subprocess.run([sys.executable, 'tools/analysis/benchmark.py', 'engine-split', '--models', 'deit-t', 'wf-t',
-                          '--sizes', '64', '128', '--rounds', '1', '--plot', str(tmp_path / 'split.png')], cwd=ROOT,
-                         capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-3000:]
+    res = run_tool('tools/analysis/benchmark.py', 'engine-split', '--models', 'deit-t', 'wf-t', '--sizes', '64', '128',
+                   '--rounds', '1', '--plot', tmp_path / 'split.png')
     rows = [r for r in res.stdout.splitlines() if r.startswith(('| deit-t', '| wf-t'))]
     assert len(rows) == 4 and 'softmax attention' in rows[0] and 'dynamic DWConv' in rows[1]
     for row in rows:

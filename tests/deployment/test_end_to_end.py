@@ -1,8 +1,6 @@
 """The detector and the segmentor deployed end to end: the ONNX graphs run by ONNX Runtime, with mmdet's / mmseg's
 pre- and post-processing around them, give what the models' ``predict`` gives on images."""
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +20,7 @@ from mmwf.deployment.detector import (
     pytorch_detections,
 )
 from mmwf.deployment.segmentor import SegmentorSession, label_agreement, pytorch_label_map
+from tests.tool_runner import run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_WF = dict(_delete_=True, type='WeightFormer', arch=dict(embed_dims=32, depth=3, mlp_ratio=2), final_norm=False)
@@ -178,16 +177,14 @@ def test_segmentor_label_maps_with_a_sliding_window(images, tmp_path):
 def test_tool_deploys_the_detector_and_checks_it_on_images(detector, images, tmp_path):
     config, model = detector
     torch.save(dict(state_dict=model.state_dict()), tmp_path / 'det.pth')
-    cmd = [sys.executable, 'tools/deployment/pytorch2onnx.py', config, str(tmp_path / 'det.pth'), '--out',
-           str(tmp_path / 'det.onnx'), '--shape', '128', '128']
-    res = subprocess.run([*cmd, '--end2end', '--images', *images[0][:2], '--latency', '1'], cwd=ROOT,
-                         capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-3000:]
+    cmd = ['tools/deployment/pytorch2onnx.py', config, tmp_path / 'det.pth', '--out', tmp_path / 'det.onnx',
+           '--shape', '128', '128']
+    res = run_tool(*cmd, '--end2end', '--images', *images[0][:2], '--latency', '1')
     lines = [line for line in res.stdout.splitlines() if 'detections in PyTorch' in line]
     assert len(lines) == 2 and all('100 detections in PyTorch, 100 deployed, 100 paired' in line for line in lines)
     assert re.search(r'latency on .*: deployed \(ONNX Runtime\) [0-9.]+ s, PyTorch predict [0-9.]+ s', res.stdout)
-    res = subprocess.run([*cmd, '--images', images[0][0]], cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode != 0 and 'add --end2end' in res.stderr
+    res = run_tool(*cmd, '--images', images[0][0], ok=False)
+    assert 'add --end2end' in res.stderr
 
 
 @pytest.mark.slow
@@ -221,13 +218,12 @@ def test_the_graph_describes_itself_and_runs_without_its_config(detector, images
 def test_tool_checks_its_arguments_before_exporting_and_refuses_a_check_of_nothing(detector, images, tmp_path):
     config, model = detector
     out = tmp_path / 'det.onnx'
-    cmd = [sys.executable, 'tools/deployment/pytorch2onnx.py', config, '--out', str(out), '--end2end']
-    res = subprocess.run([*cmd, '--shape', '256', '256'], cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode != 0 and not out.exists()
+    cmd = ['tools/deployment/pytorch2onnx.py', config, '--out', out, '--end2end']
+    res = run_tool(*cmd, '--shape', '256', '256', ok=False)
+    assert not out.exists()
     assert 'error: --shape 256 256' in res.stderr and 'preprocesses images to 128 128' in res.stderr
-    res = subprocess.run([*cmd, '--shape', '128', '128', '--images', str(tmp_path / 'nope.jpg')], cwd=ROOT,
-                         capture_output=True, text=True)
-    assert res.returncode != 0 and 'nope.jpg not found' in res.stderr and not out.exists()
+    res = run_tool(*cmd, '--shape', '128', '128', '--images', tmp_path / 'nope.jpg', ok=False)
+    assert 'nope.jpg not found' in res.stderr and not out.exists()
     threshold = model.roi_head.test_cfg.score_thr
     model.roi_head.test_cfg.score_thr = 1.0  # a checkpoint that detects nothing
     try:
@@ -237,7 +233,6 @@ def test_tool_checks_its_arguments_before_exporting_and_refuses_a_check_of_nothi
     cfg = Config.fromfile(config)
     cfg.model.test_cfg.rcnn.score_thr = 1.0
     cfg.dump(str(tmp_path / 'none.py'))
-    res = subprocess.run([sys.executable, 'tools/deployment/pytorch2onnx.py', str(tmp_path / 'none.py'),
-                          str(tmp_path / 'w.pth'), '--out', str(out), '--end2end', '--shape', '128', '128',
-                          '--images', *images[0][:2]], cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode != 0 and 'no detection on any image, in PyTorch or deployed' in res.stderr
+    res = run_tool('tools/deployment/pytorch2onnx.py', tmp_path / 'none.py', tmp_path / 'w.pth', '--out', out,
+                   '--end2end', '--shape', '128', '128', '--images', *images[0][:2], ok=False)
+    assert 'no detection on any image, in PyTorch or deployed' in res.stderr

@@ -1,6 +1,4 @@
 """ONNX export (dynamo) checked with ONNX Runtime; torch.export and torch.compile with dynamic shapes."""
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +9,7 @@ import mmwf  # noqa: F401
 from mmwf.deployment import ExportWrapper, check_onnx, export_onnx
 from mmwf.models.backbones import DeiT, WeightFormer
 from mmwf.models.necks import SimpleFeaturePyramid
+from tests.tool_runner import run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_WF = dict(embed_dims=32, depth=3, mlp_ratio=2)
@@ -37,10 +36,8 @@ def test_tool_exports_a_classifier_config_with_dynamic_batch_and_size(tmp_path):
             p.add_(0.02 * torch.randn_like(p))
     torch.save(dict(state_dict=model.state_dict()), tmp_path / 'deit_t.pth')
     out = tmp_path / 'deit_t.onnx'
-    res = subprocess.run([sys.executable, 'tools/deployment/pytorch2onnx.py', config, str(tmp_path / 'deit_t.pth'),
-                          '--out', str(out), '--shape', '224', '224', '--dynamic'], cwd=ROOT, capture_output=True,
-                         text=True)
-    assert res.returncode == 0, res.stderr[-3000:]
+    res = run_tool('tools/deployment/pytorch2onnx.py', config, tmp_path / 'deit_t.pth', '--out', out, '--shape', '224',
+                   '224', '--dynamic')
     assert 'dynamic batch and size' in res.stdout
 
     session = ort.InferenceSession(str(out), providers=['CPUExecutionProvider'])

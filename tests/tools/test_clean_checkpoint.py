@@ -1,17 +1,16 @@
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.tool_runner import run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / 'tools/model_converters/clean_checkpoint.py'
 
 
 def run(*args):
-    return subprocess.run([sys.executable, str(TOOL), *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT)
+    return run_tool(TOOL, *args, ok=None)
 
 
 @pytest.mark.slow

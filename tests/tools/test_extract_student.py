@@ -1,6 +1,4 @@
 """tools/model_converters/extract_student.py: the student of a distiller checkpoint as a checkpoint of its own."""
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -8,6 +6,7 @@ import torch
 from mmengine.config import Config
 
 from tests.tolerance import assert_same_computation
+from tests.tool_runner import run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,11 +28,7 @@ def test_student_model_and_backbone_come_out_and_load_strictly(tmp_path):
     torch.save({'state_dict': distiller.state_dict(), 'meta': meta, 'message_hub': {}}, tmp_path / 'iter_300.pth')
 
     def extract(*extra):
-        res = subprocess.run([sys.executable, 'tools/model_converters/extract_student.py',
-                              str(tmp_path / 'iter_300.pth'), *map(str, extra)], cwd=ROOT, capture_output=True,
-                             text=True)
-        assert res.returncode == 0, res.stderr[-2000:]
-        return res.stdout
+        return run_tool('tools/model_converters/extract_student.py', tmp_path / 'iter_300.pth', *extra).stdout
 
     assert 'of the student model to' in extract(tmp_path / 'student.pth')
     out = torch.load(tmp_path / 'student.pth', weights_only=True)

@@ -5,7 +5,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -15,14 +14,13 @@ import pytest
 import torch
 
 from tests.engine.two_ranks import TORCHRUN, run_launch
+from tests.tool_runner import run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args):
-    res = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    return res.stdout
+    return run_tool(*args).stdout
 
 
 @pytest.fixture(scope='module')
@@ -175,10 +173,9 @@ def test_dit_checkpoint_converter(tmp_path):
     assert torch.equal(state['denoiser.blocks.1.linear1.w1'], ema['blocks.1.linear1.w1'])
     model = MODELS.build(Config.fromfile(str(config)).model)
     model.load_state_dict(state)  # strict
-    res = subprocess.run([sys.executable, 'tools/model_converters/dit_to_mmwf.py', str(tmp_path / '0400000.pt'),
-                          str(tmp_path / 'bad.pth'), '--config', str(ROOT / 'configs/demo/dit_gen_demo.py')],
-                         cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode != 0 and re.search(r'does not match the denoiser of .*\(DiT\)', res.stderr)
+    res = run_tool('tools/model_converters/dit_to_mmwf.py', tmp_path / '0400000.pt', tmp_path / 'bad.pth', '--config',
+                   ROOT / 'configs/demo/dit_gen_demo.py', ok=False)
+    assert re.search(r'does not match the denoiser of .*\(DiT\)', res.stderr)
     assert 'missing keys' in res.stderr and not (tmp_path / 'bad.pth').exists()
 
 

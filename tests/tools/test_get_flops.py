@@ -1,21 +1,18 @@
 """tools/analysis/get_flops.py prints the library's counts (which tests/test_model_index.py checks against every
 metafile entry) beside the paper's figures read from the metafiles."""
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mmwf.configs import metafile_models
+from tests.tool_runner import run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
 def test_get_flops_prints_the_metafile_counts_beside_the_papers():
-    res = subprocess.run([sys.executable, 'tools/analysis/get_flops.py', 'wf-t', 'configs/upernet_wf_t_ade20k.py',
-                          '--paper'], cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-3000:]
+    res = run_tool('tools/analysis/get_flops.py', 'wf-t', 'configs/upernet_wf_t_ade20k.py', '--paper')
     rows = {tuple(c.strip() for c in r.split('|')[1:4]): [c.strip() for c in r.split('|')[4:-1]]
             for r in res.stdout.splitlines() if r.startswith(('| wf-t', '| upernet'))}
     models = metafile_models()

@@ -1,20 +1,18 @@
 """What the generation tools are given is checked before their work: sample arrays of another dtype or scale, output
 paths, configs without what the tool needs, and a folder of samples drawn with other settings."""
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from tests.tool_runner import run_tool
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def fails(*args) -> str:
-    res = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode != 0, res.stdout[-2000:]
-    return res.stderr
+    return run_tool(*args, ok=False).stderr
 
 
 def test_fid_stats_refuses_float_images_and_a_folder_as_its_output(tmp_path):
@@ -51,8 +49,7 @@ def sampling_config(tmp_path_factory):
 def test_sample_refuses_a_folder_drawn_otherwise_and_a_config_without_labels(sampling_config, tmp_path):
     config, weights = sampling_config
     out = tmp_path / 'samples'
-    subprocess.run([sys.executable, 'tools/generation/sample.py', config, weights, '--num-samples', '3', '--out', out],
-                   cwd=ROOT, check=True, capture_output=True)
+    run_tool('tools/generation/sample.py', config, weights, '--num-samples', '3', '--out', out)
     assert len(list(out.glob('*.png'))) == 3 and (out / 'sampling.json').is_file()
     err = fails('tools/generation/sample.py', config, weights, '--num-samples', '3', '--out', out, '--cfg-scale', 2)
     assert f'error: {out} holds samples drawn with other settings (sampling.json)' in err
