@@ -7,7 +7,8 @@ STAMP := $(VENV)/.mmwf-installed
 
 install: $(STAMP)
 
-$(STAMP): tools/install.sh requirements.txt requirements/tests.txt requirements/deploy.txt setup.cfg
+$(STAMP): tools/install.sh requirements.txt requirements/stack.txt requirements/tests.txt requirements/deploy.txt \
+          requirements/generation.txt setup.cfg
 	bash tools/install.sh
 	touch $(STAMP)
 

@@ -33,3 +33,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker('xdist_group') is None:
             item.add_marker(pytest.mark.xdist_group(str(item.path.relative_to(config.rootpath))))
     items.sort(key=lambda item: item.path not in slow_files)
+
+
+@pytest.fixture(scope='session')
+def demo_data(tmp_path_factory):
+    """The demo's data as ``tools/generate_demo_data.py`` writes it, once per test process, at 128 x 128 (COCO-style
+    detection, ADE20K-style segmentation, ImageNet-style class folders) with the softmax DeiT-T stand-in
+    checkpoint. Read-only: a test that changes data copies what it changes."""
+    from mmwf.datasets import generate
+    from mmwf.demo import write_softmax_stand_in
+    out = tmp_path_factory.mktemp('demo_data')
+    generate(str(out), size=128, train=8, val=4, seed=1)
+    write_softmax_stand_in(str(out / 'checkpoints' / 'deit_t_softmax.pth'), seed=1)
+    return out

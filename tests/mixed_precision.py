@@ -67,9 +67,6 @@ def shifted_denoiser(family: str, arch: str, **kwargs) -> torch.nn.Module:
     """A ``family`` denoiser (``'WeightFormerDiT'``, ``'DiT'``) with adaLN-Zero moved off its zero init, so that every
     branch counts."""
     from mmwf.registry import MODELS
+    from tests.reference import randomised
     torch.manual_seed(0)
-    denoiser = MODELS.build(dict(type=family, arch=arch, patch_size=2, **kwargs))
-    with torch.no_grad():
-        for p in denoiser.parameters():
-            p.add_(torch.randn_like(p) * 0.02)
-    return denoiser
+    return randomised(MODELS.build(dict(type=family, arch=arch, patch_size=2, **kwargs)), 0.02, around_init=True)

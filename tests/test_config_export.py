@@ -91,13 +91,11 @@ param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=False, begin=0, 
 
 
 @pytest.mark.slow
-def test_a_project_of_its_own_inherits_exported_configs_and_trains(tmp_path):
+def test_a_project_of_its_own_inherits_exported_configs_and_trains(demo_data, tmp_path):
     """Outside the repository: export one detection and one segmentation config (the paper's models at the demo's
     128 x 128, to keep the CPU step short), inherit and change them, and train each for one iteration with the
     train.py that ships in mmdet's / mmseg's wheels."""
-    from mmwf.datasets import generate
-    data, project = tmp_path / 'data', tmp_path / 'project'
-    generate(str(data), size=128, train=4, val=2, seed=2)
+    data, project = demo_data, tmp_path / 'project'
     env = dict(os.environ, OMP_NUM_THREADS='1')
 
     def run(*args):

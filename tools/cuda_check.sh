@@ -14,7 +14,7 @@ if ! "$PY" -c "import mmengine, pytest" 2>/dev/null; then
   if [ -n "${MMWF_WHEELS:-}" ]; then
     "$PY" -m pip install -q --no-index --no-deps "$MMWF_WHEELS"/*.whl
   else
-    "$PY" -m pip install -q "$(grep -o 'mmengine==[0-9.]*' setup.cfg)" pytest
+    "$PY" -m pip install -q "$(grep '^mmengine==' requirements/stack.txt)" pytest
   fi
 fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"

@@ -7,9 +7,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${MMWF_VENV:-$ROOT/.venv}"
 PY_BOOT="${PYTHON:-python3.11}"
 CACHE="${MMWF_CACHE:-$HOME/.cache/mmwf}"
-TORCH_VER=2.14.1
-TORCHVISION_VER=0.29.1
-MMCV_VER=2.1.0
+STACK="$ROOT/requirements/stack.txt"  # the verified versions, installed as pip constraints
+pin() { sed -n "s/^$1==//p" "$STACK"; }
+TORCH_VER=$(pin torch)
+TORCHVISION_VER=$(pin torchvision)
+MMCV_VER=$(pin mmcv)
 
 step() { CURRENT_STEP="$1"; echo "==> [mmwf install] $1"; }
 fail() {
@@ -38,12 +40,12 @@ PIP=(pip_quiet install)
 
 step "torch $TORCH_VER / torchvision $TORCHVISION_VER"
 if ! "$PY" -c "import torch, torchvision; assert torch.__version__.split('+')[0] == '$TORCH_VER'" 2>/dev/null; then
-  "${PIP[@]}" "torch==$TORCH_VER" "torchvision==$TORCHVISION_VER" \
+  "${PIP[@]}" torch torchvision -c "$STACK" \
     || fail "pip could not install torch==$TORCH_VER torchvision==$TORCHVISION_VER (check the package index / disk space)"
 fi
 
 step "build tools and pure-Python requirements"
-"${PIP[@]}" "setuptools<81" wheel ninja -r "$ROOT/requirements.txt" \
+"${PIP[@]}" "setuptools<81" wheel ninja -r "$ROOT/requirements.txt" -c "$STACK" \
   || fail "pip could not install requirements.txt"
 
 step "mmcv $MMCV_VER with compiled ops"
@@ -83,11 +85,11 @@ PYEOF
 fi
 
 step "mmdet / mmsegmentation / mmpretrain"
-"${PIP[@]}" "mmdet==3.3.0" "mmsegmentation==1.2.2" "mmpretrain==1.2.0" \
-  || fail "pip could not install mmdet==3.3.0 / mmsegmentation==1.2.2 / mmpretrain==1.2.0"
+"${PIP[@]}" mmdet mmsegmentation mmpretrain -c "$STACK" \
+  || fail "pip could not install mmdet / mmsegmentation / mmpretrain at the versions of $STACK"
 
-step "mmwf (editable) and test tools"
-"${PIP[@]}" --no-build-isolation --no-deps -e "$ROOT" || fail "pip install -e . failed"
+step "mmwf (editable, with its requirements) and test tools"
+"${PIP[@]}" --no-build-isolation -e "$ROOT" -c "$STACK" || fail "pip install -e . failed"
 "${PIP[@]}" -r "$ROOT/requirements/tests.txt" || fail "pip could not install the test requirements"
 "${PIP[@]}" -r "$ROOT/requirements/deploy.txt" || fail "pip could not install the ONNX export requirements (requirements/deploy.txt)"
 "${PIP[@]}" -r "$ROOT/requirements/generation.txt" || fail "pip could not install the generation requirements (requirements/generation.txt)"

@@ -20,7 +20,7 @@ import os.path as osp
 from tool_args import add_runner_args, load_tool_config
 
 import mmwf  # noqa: F401  (registers modules)
-from mmwf.engine.launch import build_runner, named_annotation_errors
+from mmwf.engine.launch import build_runner, named_annotation_errors, restored_state
 from mmwf.utils import check_stack, close_distributed
 from mmwf.utils.checkpoint import atomic_write
 
@@ -53,7 +53,8 @@ def main() -> None:
             runner = build_runner(cfg, ('test',))
             if not args.checkpoint:  # the Runner initialises weights only for training
                 getattr(runner.model, 'module', runner.model).init_weights()
-            metrics = runner.test()
+            with restored_state(runner):
+                metrics = runner.test()
     finally:
         close_distributed()
     if args.out_json and runner.rank == 0:

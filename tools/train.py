@@ -9,7 +9,7 @@ from tool_args import add_runner_args, load_tool_config
 
 import mmwf  # noqa: F401  (registers modules)
 from mmwf.engine import resume_checkpoint
-from mmwf.engine.launch import build_runner, named_annotation_errors
+from mmwf.engine.launch import build_runner, named_annotation_errors, restored_state
 from mmwf.engine.world import launcher_world_size, scale_to_world
 from mmwf.utils import check_stack, close_distributed
 
@@ -47,7 +47,8 @@ def main() -> None:
                 runner.logger.warning(line)
             for line in scaled:
                 runner.logger.info(line)
-            runner.train()
+            with restored_state(runner):
+                runner.train()
     finally:
         close_distributed()
 

@@ -14,12 +14,12 @@ from .complexity import (
 from .dynamic_strength import dynamic_layers, dynamic_strength, save_strength_png, strength_table
 from .erf import area_ratio, effective_receptive_field, outside_fraction, save_erf_png
 from .images import DEMO_IMAGES, load_images
-from .models import CLASSIFIER_CONFIGS, Classifier, backbone_config, build_backbone, build_classifier, classifier_config
+from .models import backbone_config, build_backbone, build_classifier, classifier_config, imagenet_model_name
 from .workload import MODES, Workload
 
 __all__ = ['flop_analyzer', 'count_flops', 'released_order', 'classifier_counts', 'task_model_counts', 'crop_size',
            'generator_counts',
            'dynamic_layers', 'dynamic_strength', 'strength_table', 'save_strength_png', 'effective_receptive_field',
-           'area_ratio', 'outside_fraction', 'save_erf_png', 'DEMO_IMAGES', 'load_images', 'CLASSIFIER_CONFIGS',
-           'Classifier', 'backbone_config', 'build_backbone', 'build_classifier', 'classifier_config',
+           'area_ratio', 'outside_fraction', 'save_erf_png', 'DEMO_IMAGES', 'load_images', 'imagenet_model_name',
+           'backbone_config', 'build_backbone', 'build_classifier', 'classifier_config',
            'build_task_model', 'task_model_config', 'Workload', 'MODES']

@@ -58,10 +58,10 @@ def classifier_counts(spec: str, shape: tuple[int, int], our_order: bool = False
     on a (1, 3, *shape) input."""
     from mmwf.configs import task_model_config
 
-    from .models import Classifier, build_classifier
+    from .models import build_classifier
     if osp.isfile(spec):
         from mmwf.registry import MODELS
-        model = Classifier(MODELS.build(dict(task_model_config(spec)[1].backbone))).eval()
+        model = MODELS.build(dict(task_model_config(spec)[1].backbone, out_type='timm')).eval()
     else:
         model = build_classifier(spec, **timm_args)
     with (contextlib.nullcontext() if our_order else released_order(model)), torch.no_grad():

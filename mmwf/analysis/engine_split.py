@@ -13,9 +13,10 @@ Mixer = Callable[[torch.Tensor], torch.Tensor]
 
 
 def block_engines(name: str, hw: tuple[int, int]) -> tuple[nn.Module, Mixer, Mixer]:
-    """(block, token mixer, channel mixer) of one block of the classifier ``name`` (:func:`~.models.classifier_config`:
-    ``deit-t``, ``deit-t-relu``, ``wf-t``, ...) on an ``hw`` grid; for WeightFormer its first dynamic block. Each
-    mixer maps the normalised tokens (B, H*W, C) its branch receives to the branch's output, residual excluded:
+    """(block, token mixer, channel mixer) of one block of the classifier ``name``
+    (:func:`~.models.classifier_config`: ``deit_t_softmax``, ``deit_t_relu``, ``weightformer_t``, ...) on an ``hw``
+    grid; for WeightFormer its first dynamic block. Each mixer maps the normalised tokens (B, H*W, C) its branch
+    receives to the branch's output, residual excluded:
     ``x' = x + token(norm1(x))``, ``block(x) = x' + channel(norm2(x'))`` (a WeightFormer dynamic block normalises
     the stream first: ``x' = norm1(x) + token(norm1(x))``)."""
     from .models import build_backbone

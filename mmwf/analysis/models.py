@@ -1,73 +1,56 @@
-"""The networks the analysis tools take by name or from a config: ImageNet classifiers (Table 3's names) and dense
-backbones, with random weights or a checkpoint."""
+"""The networks the analysis tools take by name or from a config: ImageNet classifiers (by their timm names) and
+dense backbones, with random weights or a checkpoint."""
 from __future__ import annotations
 
+import copy
 import os.path as osp
 
-import torch
 import torch.nn as nn
 
 from mmwf.models.initializers import load_pretrained
 
-# classifier names -> the ImageNet configs whose metafile entries hold the paper's counts (Table 3)
-CLASSIFIER_CONFIGS = {'wf-t': 'weightformer_t_in1k', 'wf-s': 'weightformer_s_in1k', 'deit-t': 'deit_t_softmax_in1k',
-                      'deit-s': 'deit_s_softmax_in1k', 'deit-b': 'deit_b_softmax_in1k'}
-
 
 def classifier_config(name: str) -> dict:
-    """An ImageNet classifier by name -> its backbone config with the 1000-class head: ``wf-{t,s,b}``,
-    ``static-t`` (WF-T with every block static), ``deit-{t,s,b}`` and ``deit-{t,s,b}-{elu,relu,inline,mhla,ttt}``."""
-    parts = name.split('-')
-    family, arch, op = parts[0], parts[1] if len(parts) > 1 else '', parts[2:]
-    from mmwf.models.layers import OPERATORS
-    linear = [n for n in OPERATORS if n != 'softmax']  # softmax is plain deit-t
-    if family not in ('wf', 'static', 'deit') or arch not in ('t', 's', 'b') or len(op) > 1 or (
-            op and (family != 'deit' or op[0] not in linear)):
-        raise ValueError(f'{name!r} is not a classifier name (wf-t, static-t, deit-s, deit-b-relu, ...; '
-                         f'operators: {", ".join(linear)})')
-    if family != 'deit':
-        return dict(type='WeightFormer', arch=arch, num_classes=1000,
-                    **({'dynamic_blocks': []} if family == 'static' else {}))
-    attn = OPERATORS[op[0] if op else 'softmax']
-    return dict(type='DeiT', arch=arch, num_classes=1000, attn_cfg=dict(type=attn.__name__))
-
-
-class Classifier(nn.Module):
-    """A backbone's ImageNet classifier path (``forward_classifier``) as a module: images -> logits."""
-
-    def __init__(self, backbone: nn.Module) -> None:
-        super().__init__()
-        self.backbone = backbone
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.backbone.forward_classifier(x)
-
-
-def build_classifier(name: str, **timm_args) -> Classifier:
-    """:func:`classifier_config` built, or one of mmwf's timm models (``weightformer_t``, ``deit_t_relu``, ...)
-    created with ``timm_args`` (e.g. ``norm_layer='rmsnorm'``, ``mlp_layer='swiglu'``); random weights, eval
-    mode."""
+    """An ImageNet classifier by its name -> its backbone config with the 1000-class head. The names are mmwf's
+    timm names, one per ImageNet config (``configs/imagenet/<name, _ as ->_in1k.py``): ``weightformer_{t,s,b}``,
+    Table 2's ``weightformer_t_static`` and ``weightformer_t_dyn_*``, Table 6's ``weightformer_t_dynamic_{4,...,17}``,
+    ``deit_{t,s,b}_{softmax,elu,relu,inline,mhla,ttt}``."""
     from mmwf.models.backbones import deit_study, weightformer
-    if name in weightformer.TIMM_VARIANTS or name in deit_study.TIMM_VARIANTS:
-        import timm
-        return Classifier(timm.create_model(name, **timm_args)).eval()
-    if timm_args:
-        raise ValueError(f'model arguments {sorted(timm_args)} are for mmwf\'s timm names (weightformer_t, '
-                         f'deit_t_relu, ...), not for {name!r}')
-    from mmwf.registry import MODELS
-    return Classifier(MODELS.build(classifier_config(name))).eval()
+    for family, variants in (('WeightFormer', weightformer.TIMM_VARIANTS), ('DeiT', deit_study.TIMM_VARIANTS)):
+        if name in variants:
+            return dict(type=family, num_classes=1000, **copy.deepcopy(variants[name]))
+    raise ValueError(f'{name!r} is not a classifier name: one of mmwf\'s timm names (weightformer_t, '
+                     'weightformer_t_static, deit_t_softmax, deit_b_ttt, ...; timm.list_models("weightformer*") '
+                     'and timm.list_models("deit_[tsb]_*") list them)')
+
+
+def imagenet_model_name(name: str) -> str:
+    """The ImageNet config (its metafile entry) of classifier ``name``: ``weightformer_t_dyn_linear1`` ->
+    ``weightformer_t_dyn-linear1_in1k``; ``name`` itself if it is not a classifier name."""
+    from mmwf.configs import metafile_models
+    return next((model for model in metafile_models()
+                 if model.endswith('_in1k') and model.removesuffix('_in1k').replace('-', '_') == name), name)
+
+
+def build_classifier(name: str, **timm_args) -> nn.Module:
+    """The classifier ``name`` (:func:`classifier_config`) as timm creates it, images -> logits, with random
+    weights in eval mode; ``timm_args`` are timm's model arguments (e.g. ``norm_layer='rmsnorm'``,
+    ``mlp_layer='swiglu'``)."""
+    import timm
+    classifier_config(name)  # the name checked, with the list of names
+    return timm.create_model(name, **timm_args).eval()
 
 
 def backbone_config(spec: str) -> dict:
     """A dense backbone config (no head; DeiT without class token) from a name of :func:`classifier_config`
-    (``wf-t``, ``static-t``, ``deit-s``, ``deit-t-ttt``, ...) or from an mmdet / mmseg config file (its
+    (``weightformer_t``, ``deit_s_softmax``, ``deit_t_ttt``, ...) or from an mmdet / mmseg config file (its
     ``model.backbone``, or ``model.student.backbone`` under AttentionDistiller)."""
     if not osp.isfile(spec):
         try:
             cfg = classifier_config(spec)
         except ValueError:
-            raise FileNotFoundError(f'{spec!r} is neither a backbone name (wf-t, wf-s, wf-b, static-t, deit-t, '
-                                    'deit-s, deit-t-relu, ...) nor a config file') from None
+            raise FileNotFoundError(f'{spec!r} is neither a backbone name (weightformer_t, weightformer_s, '
+                                    'deit_t_softmax, deit_t_relu, ...) nor a config file') from None
         cfg.pop('num_classes')
         if cfg['type'] == 'DeiT':
             cfg['with_cls_token'] = False

@@ -31,9 +31,7 @@ def train_step(name: str, part: str, batch: int, size: int, device: str, amp: bo
             raise ValueError(f'a given network trains as a classifier, not as {part!r}')
         model = forward = network
     elif part == 'classifier':
-        backbone = MODELS.build(classifier_config(name))
-        model = backbone
-        forward = backbone.forward_classifier
+        model = forward = MODELS.build(dict(classifier_config(name), out_type='timm'))
     else:
         cfg = backbone_config(name)
         backbone = MODELS.build(dict(cfg, out_indices=(-1,), final_norm=False))

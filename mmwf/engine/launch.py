@@ -33,6 +33,19 @@ def build_runner(cfg: Config, splits: tuple[str, ...]):
 
 
 @contextmanager
+def restored_state(runner) -> Iterator[None]:
+    """Run a block (``runner.train()``, ``runner.test()``) and put back the process-wide state the runner's hooks set
+    for the run however it ends: mmengine calls ``after_run`` only when a run ends without an error, so each hook's
+    ``restore_process_state`` (:class:`~mmwf.engine.hooks.TF32Hook`'s flags) runs here in ``finally``."""
+    try:
+        yield
+    finally:
+        for hook in getattr(runner, 'hooks', []):
+            if callable(getattr(hook, 'restore_process_state', None)):
+                hook.restore_process_state()
+
+
+@contextmanager
 def named_annotation_errors(cfg: Config) -> Iterator[None]:
     """An annotation file that is not valid JSON, found while the run builds its datasets or metrics, named with its
     path, line and column (mmdet's and mmengine's readers raise the bare JSON error)."""

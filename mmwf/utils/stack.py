@@ -1,23 +1,37 @@
 """Check that the installed MMLab stack is one mmwf supports, without importing mmcv / mmdet / mmseg."""
 from __future__ import annotations
 
+import configparser
 import importlib.metadata
 import importlib.util
 import warnings
+from functools import cache
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-# package -> (lowest supported, first unsupported): the stack tools/install.sh sets up
-SUPPORTED = {
-    'torch': ('2.6.0', '3.0.0'),
-    'mmengine': ('0.10.0', '0.11.0'),
-    'mmcv': ('2.0.0', '2.2.0'),
-    'mmdet': ('3.0.0', '3.4.0'),
-    'mmsegmentation': ('1.0.0', '1.3.0'),
-    'mmpretrain': ('1.0.0', '1.3.0'),
-}
-FIX = 'Run `make install` in the mmwf repository (it builds mmcv 2.1.0 with ops and pins the rest).'
+STACK = ('torch', 'mmengine', 'mmcv', 'mmdet', 'mmsegmentation', 'mmpretrain')
+FIX = ('Run `make install` in the mmwf repository (it builds mmcv with ops and installs the verified stack, '
+       'requirements/stack.txt).')
+
+
+@cache
+def supported() -> dict[str, SpecifierSet]:
+    """The range of each package of :data:`STACK` that mmwf supports, as its package metadata declares it
+    (``install_requires`` and the ``mmlab`` extra): from the checkout's setup.cfg where mmwf runs from one, else
+    from the installed distribution."""
+    setup_cfg = Path(__file__).resolve().parents[2] / 'setup.cfg'
+    if setup_cfg.is_file():
+        cfg = configparser.ConfigParser()
+        cfg.read(setup_cfg)
+        lines = [cfg['options']['install_requires'], *cfg['options.extras_require'].values()]
+        requirements = [line for text in lines for line in text.splitlines()]
+    else:
+        requirements = importlib.metadata.requires('mmwf') or []
+    parsed = [Requirement(line) for line in requirements if line.strip()]
+    return {r.name: r.specifier for r in parsed if r.name in STACK}
 
 
 class StackError(RuntimeError):
@@ -44,16 +58,13 @@ def stack_problems(require_mmcv_ops: bool = False) -> list[str]:
     """List what is wrong with the installed stack (empty when it is fine).
 
     Packages that are not installed are fine (the backbones need only torch, timm and mmengine), except
-    mmcv when ``require_mmcv_ops`` is set. An installed package must be inside ``SUPPORTED``.
+    mmcv when ``require_mmcv_ops`` is set. An installed package must be in its :func:`supported` range.
     """
     problems = []
-    for package, (low, high) in SUPPORTED.items():
+    for package, specifier in supported().items():
         version = installed_version(package)
-        if version is None:
-            continue
-        release = Version(version.base_version)
-        if not Version(low) <= release < Version(high):
-            problems.append(f'{package} {version} is installed; mmwf supports {package}>={low},<{high}')
+        if version is not None and not specifier.contains(Version(version.base_version)):
+            problems.append(f'{package} {version} is installed; mmwf supports {package}{specifier}')
     if installed_version('mmcv-lite') is not None:
         problems.append('mmcv-lite is installed; it has no compiled ops (mmdet RoIAlign / NMS need them). '
                         'Uninstall it and install full mmcv')

@@ -19,11 +19,8 @@ def run(*args):
 
 
 @pytest.fixture(scope='module')
-def images_dir(tmp_path_factory):
-    from mmwf.datasets import generate
-    out = tmp_path_factory.mktemp('demo')
-    generate(str(out), size=64, train=2, val=3, seed=0)
-    return out / 'coco' / 'val'
+def images_dir(demo_data):
+    return demo_data / 'coco' / 'val'
 
 
 def test_erf_of_a_static_cnn_is_local_and_of_a_dynamic_block_global():
@@ -65,8 +62,8 @@ def test_dynamic_strength_per_layer_and_image():
 @pytest.mark.slow
 def test_erf_tool_before_and_after_a_checkpoint(images_dir, tmp_path):
     torch.save(WeightFormer('t').state_dict(), tmp_path / 'wf.pth')
-    out = run('tools/analysis/erf.py', 'wf-t', '--images', str(images_dir), '--num-images', '2', '--size', '64',
-              '--checkpoint', str(tmp_path / 'wf.pth'), '--out', str(tmp_path / 'erf.png'))
+    out = run('tools/analysis/erf.py', 'weightformer_t', '--images', str(images_dir), '--num-images', '2', '--size',
+              '64', '--checkpoint', str(tmp_path / 'wf.pth'), '--out', str(tmp_path / 'erf.png'))
     rows = [r for r in out.splitlines() if r.startswith('| random init') or r.startswith('| wf.pth')]
     assert len(rows) == 2 and 'erf: image 2/2' in out
     assert (tmp_path / 'erf.png').read_bytes()[:4] == b'\x89PNG'
@@ -82,9 +79,11 @@ def test_dynamic_strength_tool(images_dir, tmp_path):
 
 @pytest.mark.slow
 def test_benchmark_tool_with_memory_and_plot(tmp_path):
-    out = run('tools/analysis/benchmark.py', 'inference', '--sizes', '32', '--models', 'static-t', 'deit-t',
+    out = run('tools/analysis/benchmark.py', 'inference', '--sizes', '32', '--models', 'weightformer_t_static',
+              'deit_tiny_patch16_224',
               '--rounds', '1', '--iters', '1', '--plot', str(tmp_path / 'bench.png'))
-    rows = [[c.strip() for c in r.split('|')[1:-1]] for r in out.splitlines() if r.startswith(('| static', '| deit'))]
+    rows = [[c.strip() for c in r.split('|')[1:-1]] for r in out.splitlines()
+            if r.startswith(('| weightformer_t_static', '| deit'))]
     assert len(rows) == 2
     for *_, img_s, _ratio, peak, act in rows:
         assert float(img_s) > 0 and float(peak) > 100 and 0 <= float(act) <= float(peak)
@@ -92,11 +91,16 @@ def test_benchmark_tool_with_memory_and_plot(tmp_path):
 
 
 def test_classifier_names():
-    from mmwf.analysis import classifier_config
-    assert classifier_config('deit-b-ttt') == dict(type='DeiT', arch='b', num_classes=1000,
+    from mmwf.analysis import classifier_config, imagenet_model_name
+    assert classifier_config('deit_b_ttt') == dict(type='DeiT', arch='b', num_classes=1000,
                                                    attn_cfg=dict(type='TTTAttention'))
-    assert classifier_config('static-t')['dynamic_blocks'] == []
-    for bad in ('wf', 'wf-x', 'wf-t-relu', 'deit-t-softmax', 'deit-t-relu-2'):
+    assert classifier_config('weightformer_t_static') == dict(type='WeightFormer', arch='t18', num_classes=1000,
+                                                              dynamic_blocks=[])
+    # the names of the ImageNet configs, one each
+    configs = sorted(p.stem for p in (ROOT / 'configs/imagenet').glob('*_in1k.py'))
+    assert [imagenet_model_name(n.removesuffix('_in1k').replace('-', '_')) for n in configs] == configs
+    assert all(classifier_config(n.removesuffix('_in1k').replace('-', '_')) for n in configs)
+    for bad in ('wf-t', 'static-t', 'deit-t', 'weightformer_x', 'deit_tiny_patch16_224'):
         with pytest.raises(ValueError, match='not a classifier name'):
             classifier_config(bad)
 
@@ -132,7 +136,7 @@ def test_train_step_trains(part):
     import torch
 
     from mmwf.analysis.train_step import train_step
-    step, model = train_step('wf-t', part, 2, 64, 'cpu', amp=False)
+    step, model = train_step('weightformer_t', part, 2, 64, 'cpu', amp=False)
     stem = next(model.parameters())
     before = stem.detach().clone()
     step()
@@ -152,12 +156,12 @@ class VisionTransformer(nn.Sequential):
 
 def test_train_step_benchmark_takes_the_release_classifier_from_a_file(tmp_path):
     (tmp_path / 'wfm.py').write_text(REFERENCE_WFM)
-    out = run('tools/analysis/benchmark.py', 'train', '--models', 'wf-t', 'deit-t', '--release-wfm',
+    out = run('tools/analysis/benchmark.py', 'train', '--models', 'weightformer_t', 'deit_t_softmax', '--release-wfm',
               str(tmp_path / 'wfm.py'), '--batch', '2', '--size', '32', '--rounds', '1', '--iters', '1', '--device',
               'cpu')
     rows = {r.split('|')[1].strip(): r for r in out.splitlines() if r.startswith('| ')}
-    assert {'wf-t', 'deit-t', 'wf-t (release)'} <= rows.keys()
-    assert float(rows['wf-t (release)'].split('|')[2]) > 0
+    assert {'weightformer_t', 'deit_t_softmax', 'weightformer_t (release)'} <= rows.keys()
+    assert float(rows['weightformer_t (release)'].split('|')[2]) > 0
 
 
 # a reference network file as the user gives one (a DiT_models table of constructors, forward(x, t, y))
@@ -201,16 +205,17 @@ def test_generation_benchmark_compares_wf_dit_with_dit_and_a_reference_file(tmp_
 def test_onnx_benchmark_checks_and_times_both_exports(tmp_path):
     """Each model's static and dynamic graphs are checked against PyTorch (differences printed) and timed against
     eager PyTorch in one table, with the ratio of the two models."""
-    out = run('tools/analysis/benchmark.py', 'onnx', '--models', 'wf-t', 'deit-t', '--sizes', '64', '--rounds', '1',
-              '--work-dir', str(tmp_path))
+    out = run('tools/analysis/benchmark.py', 'onnx', '--models', 'weightformer_t', 'deit_t_softmax', '--sizes', '64',
+              '--rounds', '1', '--work-dir', str(tmp_path))
     diffs = [float(line.rsplit('= ', 1)[1]) for line in out.splitlines() if 'largest |ONNX Runtime' in line]
     assert len(diffs) == 4 and max(diffs) < 1e-4
     assert sorted(p.name for p in tmp_path.glob('*.onnx')) == [
-        f'{m}_64_{k}.onnx' for m in ('deit-t', 'wf-t') for k in ('dynamic', 'static')]
+        f'{m}_64_{k}.onnx' for m in ('deit_t_softmax', 'weightformer_t') for k in ('dynamic', 'static')]
     rows = [[c.strip() for c in r.split('|')[1:-1]] for r in out.splitlines()
-            if r.startswith(('| wf-t |', '| deit-t |'))]
+            if r.startswith(('| weightformer_t |', '| deit_t_softmax |'))]
     assert len(rows) == 2
     for _name, size, static, dynamic, eager, *ratios in rows:
         assert size == '64' and min(map(float, (static, dynamic, eager))) > 0
         assert all(r.endswith('x') and float(r[:-1]) > 0 for r in ratios)
-    assert any(r.startswith('| wf-t vs deit-t (ONNX Runtime, static) | 64 |') for r in out.splitlines())
+    static = '| weightformer_t vs deit_t_softmax (ONNX Runtime, static) | 64 |'
+    assert any(r.startswith(static) for r in out.splitlines())

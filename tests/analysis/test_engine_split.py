@@ -11,16 +11,17 @@ from tests.tool_runner import run_tool
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize('name', ['deit-t', 'deit-t-mhla', 'wf-t'])
+@pytest.mark.parametrize('name', ['deit_t_softmax', 'deit_t_mhla', 'weightformer_t'])
 def test_the_mixers_compose_to_the_block(name):
     hw = (6, 4)
     block, token, channel = block_engines(name, hw)
     x = torch.randn(2, hw[0] * hw[1], block.norm2.normalized_shape[0])
     with torch.no_grad():
         z = block.norm1(x)
-        mixed = (z if name == 'wf-t' else x) + token(z)  # a WeightFormer dynamic block normalises the stream first
+        # a WeightFormer dynamic block normalises the stream first
+        mixed = (z if name == 'weightformer_t' else x) + token(z)
         assert torch.allclose(block(x, hw), mixed + channel(block.norm2(mixed)), atol=1e-5)
-    if name == 'wf-t':  # the first dynamic block's
+    if name == 'weightformer_t':  # the first dynamic block's
         assert type(block.dwc).__name__ == 'AdaptiveDynamicDWConv'
 
 
@@ -36,9 +37,9 @@ def test_crossover_interpolates_the_log_ratio_in_log_length():
 
 
 def test_tool_prints_both_modes_and_plots(tmp_path):
-    res = run_tool('tools/analysis/benchmark.py', 'engine-split', '--models', 'deit-t', 'wf-t', '--sizes', '64', '128',
-                   '--rounds', '1', '--plot', tmp_path / 'split.png')
-    rows = [r for r in res.stdout.splitlines() if r.startswith(('| deit-t', '| wf-t'))]
+    res = run_tool('tools/analysis/benchmark.py', 'engine-split', '--models', 'deit_t_softmax', 'weightformer_t',
+                   '--sizes', '64', '128', '--rounds', '1', '--plot', tmp_path / 'split.png')
+    rows = [r for r in res.stdout.splitlines() if r.startswith(('| deit_t', '| weightformer_t'))]
     assert len(rows) == 4 and 'softmax attention' in rows[0] and 'dynamic DWConv' in rows[1]
     for row in rows:
         cells = [c.strip() for c in row.split('|')[3:5]]

@@ -33,9 +33,12 @@ def build(cfg: Config):
 
 @pytest.mark.parametrize('path', IMAGENET + DEMO, ids=lambda p: Path(p).stem)
 def test_imagenet_config_builds_its_classifier(path):
+    """The structure only, on the meta device (no weights allocated or initialised): what the config builds."""
     cfg = Config.fromfile(path)
     assert cfg.default_scope == 'mmpretrain' and dict(type='NonFiniteLossHook') in cfg.custom_hooks
-    model = build(cfg)
+    with torch.device('meta'):
+        model = build(cfg)
+    assert all(p.is_meta for p in model.parameters())
     student = getattr(model, 'student', model)
     assert type(student).__name__ == 'ImageClassifier' and student.backbone.out_type == 'logits'
     name = Path(path).stem

@@ -9,11 +9,23 @@ import mmwf  # noqa: F401
 from mmwf.deployment import ExportWrapper, check_onnx, export_onnx
 from mmwf.models.backbones import DeiT, WeightFormer
 from mmwf.models.necks import SimpleFeaturePyramid
+from tests.reference import randomised
 from tests.tool_runner import run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_WF = dict(embed_dims=32, depth=3, mlp_ratio=2)
 TINY_DEIT = dict(embed_dims=32, depth=2, num_heads=2, mlp_ratio=2)
+
+
+class MmpretrainForm(torch.nn.Module):
+    """A classifier (a backbone with ``out_type='timm'``) called as mmpretrain's: ``model(x, mode='tensor')``."""
+
+    def __init__(self, classifier):
+        super().__init__()
+        self.backbone = classifier
+
+    def forward(self, x, mode='tensor'):
+        return self.backbone(x)
 
 
 @pytest.mark.slow
@@ -30,10 +42,8 @@ def test_tool_exports_a_classifier_config_with_dynamic_batch_and_size(tmp_path):
     model_cfg.backbone.pop('init_cfg', None)
     init_default_scope('mmpretrain')
     torch.manual_seed(0)
-    model = MODELS.build(model_cfg).eval()
-    with torch.no_grad():  # weights no initialiser gives: a graph of other weights cannot match
-        for p in model.parameters():
-            p.add_(0.02 * torch.randn_like(p))
+    # weights no initialiser gives: a graph of other weights cannot match
+    model = randomised(MODELS.build(model_cfg).eval(), 0.02, around_init=True)
     torch.save(dict(state_dict=model.state_dict()), tmp_path / 'deit_t.pth')
     out = tmp_path / 'deit_t.onnx'
     res = run_tool('tools/deployment/pytorch2onnx.py', config, tmp_path / 'deit_t.pth', '--out', out, '--shape', '224',
@@ -55,23 +65,14 @@ def test_tool_exports_a_classifier_config_with_dynamic_batch_and_size(tmp_path):
     assert not torch.allclose(torch.from_numpy(logits[:1]), torch.from_numpy(logits[1:2]), atol=1e-3)
 
 
-class Classifier(torch.nn.Module):
-    def __init__(self, backbone):
-        super().__init__()
-        self.backbone = backbone
-
-    def forward(self, x, mode='tensor'):
-        return self.backbone.forward_classifier(x)
-
-
 @pytest.mark.slow
 def test_weightformer_classifier_exports_with_dynamic_batch_and_size(tmp_path):
     """Every dynamic layer of the release (Bilateral linear, adaptive DWConv with its 3 x 3 pooling) in one graph
     that serves other batch sizes and grids (the second grid, 7 x 5, is not divisible by 3)."""
+    classifier = MmpretrainForm(WeightFormer(TINY_WF, num_classes=10, out_type='timm'))
     with pytest.raises(ValueError, match=r'training mode: call \.eval\(\)'):
-        export_onnx(ExportWrapper(Classifier(WeightFormer(TINY_WF, num_classes=10)), 'classifier'), (96, 128),
-                    str(tmp_path / 'never.onnx'), {})
-    module = ExportWrapper(Classifier(WeightFormer(TINY_WF, num_classes=10)).eval(), 'classifier')
+        export_onnx(ExportWrapper(classifier, 'classifier'), (96, 128), str(tmp_path / 'never.onnx'), {})
+    module = ExportWrapper(classifier.eval(), 'classifier')
     facts = dict(kind='classifier', stride=16, min_size=64)
     path = export_onnx(module, (96, 128), str(tmp_path / 'wf.onnx'), facts, dynamic=True)
     assert max(check_onnx(path, module, [(1, 3, 96, 128), (3, 3, 112, 80)])) < 1e-4
@@ -84,7 +85,8 @@ def test_dynamic_depthwise_conv_graph_follows_the_batch_axis(tmp_path):
     channel) and a MatMul with the computed taps. Both equal PyTorch."""
     import onnx
     from onnx import numpy_helper
-    module = ExportWrapper(Classifier(WeightFormer(TINY_WF, num_classes=10, dynamic_blocks=[1])).eval(), 'classifier')
+    classifier = WeightFormer(TINY_WF, num_classes=10, dynamic_blocks=[1], out_type='timm')
+    module = ExportWrapper(MmpretrainForm(classifier).eval(), 'classifier')
     facts = dict(kind='classifier', stride=16, min_size=64)
     for dynamic, shapes in ((False, [(1, 3, 64, 80)]), (True, [(1, 3, 64, 80), (3, 3, 96, 64)])):
         path = export_onnx(module, (64, 80), str(tmp_path / f'wf_{dynamic}.onnx'), facts, dynamic=dynamic)
@@ -104,7 +106,7 @@ def test_torchscript_exporter_takes_weightformer_with_a_dynamic_batch(tmp_path):
     traced at batch 2 that serves batch 3 (the per-sample depthwise conv as the taps: no group count of the trace's
     batch)."""
     import onnxruntime as ort
-    model = Classifier(WeightFormer(TINY_WF, num_classes=10)).eval()
+    model = MmpretrainForm(WeightFormer(TINY_WF, num_classes=10, out_type='timm')).eval()
     x = torch.randn(2, 3, 64, 80)
     torch.onnx.export(model, (x,), str(tmp_path / 'ts.onnx'), dynamo=False, opset_version=17, input_names=['x'],
                       dynamic_axes={'x': {0: 'batch'}})

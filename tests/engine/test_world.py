@@ -154,6 +154,24 @@ def test_tf32_is_set_for_the_run_and_restored():
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
 
 
+def test_tf32_is_restored_when_the_run_stops_on_an_error():
+    """mmengine skips ``after_run`` after an error; the tools' ``restored_state`` puts the flags back."""
+    from mmwf.engine.hooks import TF32Hook
+    from mmwf.engine.launch import restored_state
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+
+    class Runner:
+        logger = None
+        hooks = [TF32Hook(matmul=not before[0], cudnn=not before[1])]
+
+    runner = Runner()
+    with pytest.raises(RuntimeError, match='out of memory'), restored_state(runner):
+        runner.hooks[0].before_run(runner)
+        assert torch.backends.cuda.matmul.allow_tf32 is not before[0]
+        raise RuntimeError('out of memory')
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+
+
 def test_slurm_scripts_start_one_task_per_gpu(tmp_path):
     """tools/slurm_{train,test}.sh through a stand-in srun that records its arguments."""
     srun = tmp_path / 'bin' / 'srun'

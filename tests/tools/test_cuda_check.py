@@ -57,7 +57,7 @@ def test_dry_run_tables_are_the_tools_own(dry_run):
     conv = next(r for r in rows if r['operation'].startswith('per-sample') and r['mode'] == 'inference')
     assert conv['rule picks'] == 'loop'  # the CPU's eager inference entry of the kernel table
     claims = {c['claim']: c for c in report['paper']}
-    assert claims['WF-T / deit-t throughput at 224']['paper'] == pytest.approx(3515 / 3661)
-    assert claims['WF-T / deit-t throughput at 1248']['paper'] == 7.7
-    assert claims['peak memory WF-T saves against deit-t at 1248 (%)']['paper'] == 91
+    assert claims['WF-T / DeiT-T throughput at 224']['paper'] == pytest.approx(3515 / 3661)
+    assert claims['WF-T / DeiT-T throughput at 1248']['paper'] == 7.7
+    assert claims['peak memory WF-T saves against DeiT-T at 1248 (%)']['paper'] == 91
     assert report['environment']['torch'] == torch.__version__

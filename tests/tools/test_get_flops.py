@@ -12,9 +12,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_get_flops_prints_the_metafile_counts_beside_the_papers():
-    res = run_tool('tools/analysis/get_flops.py', 'wf-t', 'configs/upernet_wf_t_ade20k.py', '--paper')
+    res = run_tool('tools/analysis/get_flops.py', 'weightformer_t', 'configs/upernet_wf_t_ade20k.py', '--paper')
     rows = {tuple(c.strip() for c in r.split('|')[1:4]): [c.strip() for c in r.split('|')[4:-1]]
-            for r in res.stdout.splitlines() if r.startswith(('| wf-t', '| upernet'))}
+            for r in res.stdout.splitlines() if r.startswith(('| weightformer_t', '| upernet'))}
     models = metafile_models()
     wf, upernet = models['weightformer_t_in1k']['Metadata'], models['upernet_wf_t_ade20k']['Metadata']
 
@@ -24,7 +24,7 @@ def test_get_flops_prints_the_metafile_counts_beside_the_papers():
         implied = figure * (1 + float(percent.rstrip('%)')) / 100)
         return float(value) == figure and abs(implied - ours) <= 0.05 + figure * 0.0005
 
-    params, flops, versus = rows['wf-t', '224x224', 'classifier']
+    params, flops, versus = rows['weightformer_t', '224x224', 'classifier']
     assert (float(params), float(flops)) == (wf['Parameters (M)'], wf['GFLOPs'])
     versus_flops, versus_params = versus.split('; params ')
     assert close(versus_flops, float(flops), wf['Paper GFLOPs'])

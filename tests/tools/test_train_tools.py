@@ -17,16 +17,6 @@ from tests.engine.two_ranks import run_launch
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope='module')
-def demo_data(tmp_path_factory):
-    from mmwf.datasets import generate
-    from mmwf.demo import write_softmax_stand_in
-    out = tmp_path_factory.mktemp('demo_data')
-    generate(str(out), size=128, train=8, val=4, seed=1)
-    write_softmax_stand_in(str(out / 'checkpoints' / 'deit_t_softmax.pth'), seed=1)
-    return out
-
-
 def test_missing_dataset_says_where_to_get_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = Config.fromfile(str(ROOT / 'configs/cascade_wf_t_coco.py'))

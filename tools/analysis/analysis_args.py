@@ -8,8 +8,8 @@ from mmwf.analysis import DEMO_IMAGES
 
 def add_input_args(parser: argparse.ArgumentParser, num_images: int, size: int, out: str) -> None:
     """Backbone, weights, images, output, device."""
-    parser.add_argument('backbone', help='a name (wf-t, wf-s, wf-b, static-t, deit-t, deit-s-relu, ...) or an '
-                        'mmdet / mmseg config')
+    parser.add_argument('backbone', help='a classifier name (weightformer_t, weightformer_t_static, deit_s_relu, ...) '
+                        'or an mmdet / mmseg config')
     parser.add_argument('--checkpoint', help='weights (backbone, classifier or detector / segmentor checkpoint)')
     parser.add_argument('--images', default=DEMO_IMAGES, help='folder of images (default: the demo images, '
                         'python tools/generate_demo_data.py)')

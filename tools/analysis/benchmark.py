@@ -1,7 +1,7 @@
 """The speed and memory benchmarks, side by side in interleaved rounds, one sub-command each (`--help` on each):
 
-    python tools/analysis/benchmark.py inference --sizes 224 512 1024 --models wf-t static-t deit-t --plot fig5.png
-    python tools/analysis/benchmark.py kernels --models wf-t --sizes 224 1024 --device cuda
+    python tools/analysis/benchmark.py inference --sizes 224 512 1024 --plot fig5.png
+    python tools/analysis/benchmark.py kernels --models weightformer_t --sizes 224 1024 --device cuda
     python tools/analysis/benchmark.py train --part classifier --batch 256 --size 224 --amp --device cuda
     python tools/analysis/benchmark.py generation --archs S/2 B/2 --batch 32 --device cuda
     python tools/analysis/benchmark.py workload --rounds 3 --plot workload.png

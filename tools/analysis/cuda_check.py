@@ -35,6 +35,8 @@ import torch
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TOOLS = osp.join(ROOT, 'tools', 'analysis')
 TABLE3 = dict(sizes=[224, 1024, 1248], batch={224: 64, 1024: 8, 1248: 8})
+# Table 3's networks: WF-T (mmwf's name) and DeiT-T as timm computes it, the paper's reference
+WF_T, DEIT_T = 'weightformer_t', 'deit_tiny_patch16_224'
 
 
 @dataclass
@@ -99,10 +101,10 @@ def steps(out: str, dry_run: bool) -> list[Step]:
              [sys.executable, '-m', 'pytest', '-m', 'cuda', 'tests/test_cuda.py', '-p', 'no:cacheprovider', '-q',
               '-rA', '--junitxml', osp.join(out, 'cuda_tests.xml')], 180),
         Step('table3', 'WF-T vs DeiT-T (timm, fused attention): throughput and peak memory',
-             tool('inference', '--models', 'wf-t', 'deit-t', *table3, '--plot', osp.join(out, 'benchmark.png')),
+             tool('inference', '--models', WF_T, DEIT_T, *table3, '--plot', osp.join(out, 'benchmark.png')),
              90),
         Step('table3-unfused', 'DeiT-T with unfused attention (TIMM_FUSED_ATTN=0), as DeiT computed it',
-             tool('inference', '--models', 'deit-t', *table3), 90, env=dict(TIMM_FUSED_ATTN='0')),
+             tool('inference', '--models', DEIT_T, *table3), 90, env=dict(TIMM_FUSED_ATTN='0')),
         Step('train-imagenet', f'ImageNet classifier training step, batch {cls_batch} at {cls_size}, AMP',
              tool('train', '--part', 'classifier', '--batch', cls_batch, '--size', cls_size,
                   '--amp', '--device', dev, *rounds, '--iters', 1 if dry_run else 3), 60),
@@ -119,15 +121,15 @@ def steps(out: str, dry_run: bool) -> list[Step]:
              tool('generation', '--archs', 'S/2', *([] if dry_run else ['B/2']), '--modes', 'train',
                   'sample', *gen, *gen_no_memory), 90),
         Step('kernels', "the dynamic layers' evaluations timed, and the rule's pick",
-             tool('kernels', '--models', 'wf-t', '--sizes', *sizes, '--batch', *batch,
+             tool('kernels', '--models', WF_T, '--sizes', *sizes, '--batch', *batch,
                   *rounds, '--device', dev), 90),
         Step('profile', 'WF-DiT vs DiT S/2 training step by phase and operator group',
              tool('generation', '--profile', '--archs', 'S/2', '--modes', 'train', *gen), 60),
         Step('engine-split', "one block's token mixer against its channel mixer",
              tool('engine-split', '--device', dev, *rounds, '--plot', osp.join(out, 'engine_split.png'),
-                  *(['--models', 'deit-t', 'wf-t', '--sizes', 64] if dry_run else [])), 90),
+                  *(['--models', 'deit_t_softmax', WF_T, '--sizes', 64] if dry_run else [])), 90),
         *[Step(f'onnx-{precision}', f"ONNX Runtime's CUDA execution provider against eager PyTorch, {precision}",
-               tool('onnx', '--device', 'cuda', '--models', 'wf-t', 'deit-t', '--sizes', 224, 1024,
+               tool('onnx', '--device', 'cuda', '--models', WF_T, 'deit_t_softmax', '--sizes', 224, 1024,
                     *rounds, *(['--fp16'] if precision == 'fp16' else [])), 90,
                need_gpus(1, dry_run) if dry_run else need_onnx('CUDAExecutionProvider'))
           for precision in ('fp32', 'fp16')],
@@ -244,7 +246,7 @@ def paper_comparison(results: list[dict]) -> list[dict]:
     from mmwf.configs import metafile_models
     models = metafile_models()
     paper = {name: models[config]['Results'][0]['Metrics'] for name, config in
-             (('wf-t', 'weightformer_t_in1k'), ('deit-t', 'deit_t_softmax_in1k'))}
+             ((WF_T, 'weightformer_t_in1k'), (DEIT_T, 'deit_t_softmax_in1k'))}
     rows = {}
     for result in results:
         if result['name'].startswith('table3') and result['tables']:
@@ -252,23 +254,25 @@ def paper_comparison(results: list[dict]) -> list[dict]:
             suffix = ' (unfused)' if result['name'] == 'table3-unfused' else ''
             for values in table['rows']:
                 row = dict(zip(table['columns'], values))
-                rows[(row['model'] + ('' if row['model'] == 'wf-t' else suffix), int(row['input']))] = row
+                rows[(row['model'] + ('' if row['model'] == WF_T else suffix), int(row['input']))] = row
     claims = []
     for size in TABLE3['sizes']:
-        wf, deit = (paper[m].get(f'Throughput {size} (img/s)') for m in ('wf-t', 'deit-t'))
+        wf, deit = (paper[m].get(f'Throughput {size} (img/s)') for m in (WF_T, DEIT_T))
         claim = (wf / deit if wf and deit else
-                 paper['wf-t'].get(f'Throughput vs DeiT-T at {size} (x)'))
-        for deit_name in ('deit-t', 'deit-t (unfused)'):
-            ours, theirs = rows.get(('wf-t', size)), rows.get((deit_name, size))
+                 paper[WF_T].get(f'Throughput vs DeiT-T at {size} (x)'))
+        for deit_name in (DEIT_T, f'{DEIT_T} (unfused)'):
+            ours, theirs = rows.get((WF_T, size)), rows.get((deit_name, size))
             measured = (cell(ours, 'img/s') / cell(theirs, 'img/s')
                         if ours and theirs and cell(theirs, 'img/s') else None)
-            claims.append(dict(claim=f'WF-T / {deit_name} throughput at {size}', paper=claim, measured=measured))
-    saving = paper['wf-t'].get('Memory saved vs DeiT-T at 1248 (%)')
-    for deit_name in ('deit-t', 'deit-t (unfused)'):
-        ours, theirs = rows.get(('wf-t', 1248)), rows.get((deit_name, 1248))
+            label = 'DeiT-T' + deit_name.removeprefix(DEIT_T)
+            claims.append(dict(claim=f'WF-T / {label} throughput at {size}', paper=claim, measured=measured))
+    saving = paper[WF_T].get('Memory saved vs DeiT-T at 1248 (%)')
+    for deit_name in (DEIT_T, f'{DEIT_T} (unfused)'):
+        ours, theirs = rows.get((WF_T, 1248)), rows.get((deit_name, 1248))
         measured = (100 * (1 - cell(ours, 'peak MB') / cell(theirs, 'peak MB'))
                     if ours and theirs and cell(ours, 'peak MB') and cell(theirs, 'peak MB') else None)
-        claims.append(dict(claim=f'peak memory WF-T saves against {deit_name} at 1248 (%)', paper=saving,
+        label = 'DeiT-T' + deit_name.removeprefix(DEIT_T)
+        claims.append(dict(claim=f'peak memory WF-T saves against {label} at 1248 (%)', paper=saving,
                            measured=measured))
     return claims
 

@@ -1,12 +1,12 @@
 """Dynamic strength r = ||dW||_F / ||W0||_F of every dynamic layer of a WeightFormer over a set of images
 (the paper's Appendix A.1), as a markdown table and a PNG.
 
-    python tools/analysis/dynamic_strength.py wf-t --checkpoint checkpoints/weightformer_t.pth --size 224
+    python tools/analysis/dynamic_strength.py weightformer_t --checkpoint checkpoints/weightformer_t.pth --size 224
     python tools/analysis/dynamic_strength.py configs/cascade_wf_t_coco.py --checkpoint work_dirs/x/iter_1000.pth
 
-BACKBONE is a short name (wf-t, wf-s, wf-b) or an mmdet / mmseg config (its backbone); a detector / segmentor
-checkpoint's ``backbone.`` weights are used. Without --images it uses the demo images (python
-tools/generate_demo_data.py writes them).
+BACKBONE is a WeightFormer name (weightformer_t, weightformer_s, ...) or an mmdet / mmseg config (its backbone);
+a detector / segmentor checkpoint's ``backbone.`` weights are used. Without --images it uses the demo images
+(python tools/generate_demo_data.py writes them).
 """
 from __future__ import annotations
 

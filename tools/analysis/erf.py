@@ -1,10 +1,11 @@
 """Effective receptive field of a backbone before and after loading a checkpoint, as a PNG (the WeightFormer
 paper's Figure 3): the gradient of the centre output with respect to the input, averaged over images.
 
-    python tools/analysis/erf.py wf-t --checkpoint checkpoints/weightformer_t.pth --size 1024 --out erf_wf_t.png
+    python tools/analysis/erf.py weightformer_t --checkpoint checkpoints/weightformer_t.pth --size 1024 --out erf.png
     python tools/analysis/erf.py configs/upernet_deit_t_ade20k.py --images data/ade/.../validation --num-images 50
 
-BACKBONE is a short name (wf-t, wf-s, wf-b, static-t, deit-t, deit-s) or an mmdet / mmseg config (its backbone).
+BACKBONE is a classifier name (weightformer_t, weightformer_t_static, deit_t_softmax, ...) or an mmdet / mmseg
+config (its backbone).
 Without --images it uses the demo images (python tools/generate_demo_data.py writes them). Prints the
 high-contribution area ratios (RepLKNet's: the centred square holding t of the log-scaled contribution, as a
 fraction of the image).

@@ -1,14 +1,14 @@
 """Params and FLOPs (multiply-accumulates) of an mmdet / mmseg config: backbone, backbone + neck (the
 paper's "backbone" convention, docs/protocol.md) and the whole model, as a markdown table; or of an ImageNet
-classifier given by mmpretrain config (configs/imagenet/*, at its test crop) or by name (Table 3): ``wf-{t,s,b}``,
-``static-t``, ``deit-{t,s,b}`` and the linear-attention DeiTs ``deit-{t,s,b}-{elu,relu,inline,mhla,ttt}``; or of
-the denoiser of a generation config (configs/generation/*, Table 7) on one latent of its input size. mmwf's timm
-names (``weightformer_t``, ``deit_t_relu``, ...) count too, with ``--timm-args`` for their block options.
+classifier given by mmpretrain config (configs/imagenet/*, at its test crop) or by its timm name, one per ImageNet
+config (``weightformer_{t,s,b}``, ``weightformer_t_static``, ``deit_{t,s,b}_softmax`` and the linear-attention DeiTs
+``deit_{t,s,b}_{elu,relu,inline,mhla,ttt}``, ...), with ``--timm-args`` for their block options; or of the denoiser
+of a generation config (configs/generation/*, Table 7) on one latent of its input size.
 
     python tools/analysis/get_flops.py configs/upernet_wf_t_ade20k.py --shape 512 512 --paper
     python tools/analysis/get_flops.py configs/cascade_wf_t_coco.py --shape 1024 1024 --paper
-    python tools/analysis/get_flops.py wf-t deit-t wf-s deit-s --paper          # Table 3, at 224
-    python tools/analysis/get_flops.py deit-t deit-t-relu deit-t-ttt --shape 1024 1024
+    python tools/analysis/get_flops.py weightformer_t deit_t_softmax weightformer_s deit_s_softmax --paper  # Table 3
+    python tools/analysis/get_flops.py deit_t_softmax deit_t_relu deit_t_ttt --shape 1024 1024
     python tools/analysis/get_flops.py configs/generation/wf_dit_s_2_in256.py configs/generation/dit_s_2_in256.py
     python tools/analysis/get_flops.py weightformer_t deit_t_softmax --timm-args norm_layer=rmsnorm mlp_layer=swiglu
 
@@ -30,13 +30,13 @@ import os.path as osp
 
 from mmengine.config import Config
 
-from mmwf.analysis import CLASSIFIER_CONFIGS, classifier_counts, crop_size, generator_counts, task_model_counts
+from mmwf.analysis import classifier_counts, crop_size, generator_counts, imagenet_model_name, task_model_counts
 from mmwf.configs import metafile_models, paper_counts
 
 
 def paper_figures(name: str, shape: tuple[int, int]) -> dict[str, float]:
     """The paper's figures for config (or classifier) ``name`` if they hold at ``shape``, else empty."""
-    name = CLASSIFIER_CONFIGS.get(name, name)
+    name = imagenet_model_name(name)
     listed = metafile_models().get(name, {}).get('Metadata', {}).get('Input')
     return paper_counts(name) if listed == f'{shape[0]}x{shape[1]}' else {}
 

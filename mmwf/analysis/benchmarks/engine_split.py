@@ -11,6 +11,7 @@ import torch
 
 from mmwf.analysis.engine_split import block_engines, crossover
 from mmwf.analysis.timing import interleaved_times
+from mmwf.models.layers import OPERATORS
 
 MODES = ('inference', 'training')
 
@@ -30,12 +31,11 @@ def mixer_step(mixer, x: torch.Tensor, mode: str):
 
 
 def token_mixer_name(model: str) -> str:
-    return {'deit-t': 'softmax attention', 'wf-t': 'dynamic DWConv'}.get(model, f'{model.split("-")[-1]} attention')
+    return 'dynamic DWConv' if model.startswith('weightformer') else f'{model.split("_")[-1]} attention'
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument('--models', nargs='+', default=['deit-t', 'deit-t-elu', 'deit-t-relu', 'deit-t-inline',
-                                                        'deit-t-mhla', 'deit-t-ttt', 'wf-t'])
+    parser.add_argument('--models', nargs='+', default=[*(f'deit_t_{op}' for op in OPERATORS), 'weightformer_t'])
     parser.add_argument('--sizes', nargs='+', type=int, default=[224, 384, 512, 768, 1024, 1536, 2048],
                         help='image sides in px (patch 16)')
     parser.add_argument('--modes', nargs='+', default=list(MODES), choices=MODES)

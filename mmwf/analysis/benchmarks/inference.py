@@ -25,16 +25,16 @@ from mmwf.analysis.timing import last_line_of, peak_memory, time_call
 
 
 def build(name: str, size: int) -> nn.Module:
-    """Classifier-form models (1000-class head) as in the paper's Table 3: ``deit-t`` / ``deit-s`` are timm's
-    (the reference); every other name is one of mmwf's (:func:`mmwf.analysis.classifier_config`:
-    ``wf-t``, ``static-t``, ``deit-t-relu``, ``deit-s-ttt``, ...)."""
+    """Classifiers (1000-class head) as in the paper's Table 3: mmwf's by name (:func:`mmwf.analysis.classifier_config`:
+    ``weightformer_t``, ``weightformer_t_static``, ``deit_t_relu``, ...), or one of timm's own ViTs at ``size``
+    (the reference: DeiT-T is ``deit_tiny_patch16_224``)."""
     import timm
-    if name in ('deit-t', 'deit-s'):
-        return timm.create_model(f'deit_{"tiny" if name == "deit-t" else "small"}_patch16_224', img_size=size).eval()
     try:
         return build_classifier(name)
     except ValueError as err:
-        raise SystemExit(str(err)) from None
+        if name not in timm.list_models():
+            raise SystemExit(f'{err}, or one of timm\'s ViTs (deit_tiny_patch16_224, ...)') from None
+    return timm.create_model(name, img_size=size).eval()
 
 
 def time_once(model: nn.Module, x: torch.Tensor, iters: int) -> float:
@@ -102,13 +102,14 @@ def parse_batches(spec: list[str]) -> dict[int, int]:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument('--models', nargs='+', default=['wf-t', 'static-t', 'deit-t'])
+    parser.add_argument('--models', nargs='+',
+                        default=['weightformer_t', 'weightformer_t_static', 'deit_tiny_patch16_224'])
     parser.add_argument('--sizes', nargs='+', type=int, default=[224, 512, 1024])
     parser.add_argument('--batch', nargs='+', default=['224:16'],
                         help='SIZE:BATCH pairs; sizes not listed use batch 1')
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--iters', type=int, default=2, help='forward passes per round')
-    parser.add_argument('--reference', default='deit-t', help='model the ratios are taken against')
+    parser.add_argument('--reference', default='deit_tiny_patch16_224', help='model the ratios are taken against')
     parser.add_argument('--no-memory', action='store_true', help='skip the memory measurements')
     parser.add_argument('--plot', help='write the Figure-5-style PNG here')
     parser.add_argument('--compile', action='store_true', help='torch.compile every model')

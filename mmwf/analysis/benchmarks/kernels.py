@@ -16,10 +16,10 @@ def bench_kernels(names: list[str], sizes: list[int], batches: dict[int, int], r
     """One markdown table: per model, size and mode, each operation's evaluations (median ms of ``rounds``
     interleaved rounds), the rule's pick, the fastest, and the rule's time over the fastest."""
     from mmwf.analysis.kernels import MODES, kernel_cases
-    archs = {name: name.split('-', 1)[1] for name in names}
-    if any(not name.startswith('wf-') for name in names):
-        raise SystemExit(f'kernels times WeightFormer\'s dynamic layers: give wf-t, wf-s or wf-b, not '
-                         f'{" ".join(n for n in names if not n.startswith("wf-"))}')
+    archs = {name: name.removeprefix('weightformer_') for name in names}
+    if any(arch not in ('t', 's', 'b') for arch in archs.values()):
+        raise SystemExit('kernels times WeightFormer\'s dynamic layers: give weightformer_t, weightformer_s or '
+                         f'weightformer_b, not {" ".join(n for n, a in archs.items() if a not in ("t", "s", "b"))}')
     print(f'device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}, {rounds} rounds, '
           'median ms; the rule: the kernel table and the cost rule on this device')
     print('| model | input | batch | mode | operation | ms by evaluation | rule picks | fastest | rule / fastest |')
@@ -38,7 +38,8 @@ def bench_kernels(names: list[str], sizes: list[int], batches: dict[int, int], r
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument('--models', nargs='+', default=['wf-t'], help='wf-t, wf-s or wf-b')
+    parser.add_argument('--models', nargs='+', default=['weightformer_t'],
+                        help='weightformer_t, weightformer_s or weightformer_b')
     parser.add_argument('--sizes', nargs='+', type=int, default=[224, 1024])
     parser.add_argument('--batch', nargs='+', default=['224:16'],
                         help='SIZE:BATCH pairs; sizes not listed use batch 1')

@@ -4,9 +4,9 @@ table.
 
 A time is the median over rounds of one timed sample (``--repeat`` forward passes at batch ``--batch``); a ratio is
 the median over rounds of the per-round ratio, so the machine's drifts (shared CPUs, clocks) fall on both sides.
-Every graph is checked against PyTorch first (largest difference printed). The models are mmwf's (``wf-t``,
-``deit-t``, ... as tools/analysis/benchmark.py names them), random weights. ONNX Runtime's times include handing it
-the input from host memory (on CUDA, a copy to the GPU).
+Every graph is checked against PyTorch first (largest difference printed). The models are mmwf's
+(``weightformer_t``, ``deit_t_softmax``, ...: :func:`mmwf.analysis.classifier_config`), random weights. ONNX
+Runtime's times include handing it the input from host memory (on CUDA, a copy to the GPU).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def session(path: str, device: str):
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument('--models', nargs='+', default=['wf-t', 'deit-t'])
+    parser.add_argument('--models', nargs='+', default=['weightformer_t', 'deit_t_softmax'])
     parser.add_argument('--sizes', type=int, nargs='+', default=[224, 1024])
     parser.add_argument('--batch', type=int, default=1)
     parser.add_argument('--rounds', type=int, default=10)
@@ -52,7 +52,7 @@ def run(args) -> None:
         steps, labels = [], []
         for name in args.models:
             model = build_classifier(name).to(args.device, dtype)
-            facts = export_facts(model.backbone, 'classifier')
+            facts = export_facts(model, 'classifier')
             xd = x.to(args.device, dtype)
             with torch.inference_mode():
                 reference = model(xd).float().cpu().numpy()

@@ -3,8 +3,9 @@
 backbone + SimpleFeaturePyramid step of the Cascade configs (1024 x 1024). Needs torch, timm and mmengine only.
 
 ``--release-wfm`` adds the WeightFormer release's own classifiers (its ``model/wfm.py``, read from the user's path)
-for each ``wf-{t,s}`` asked for, as ``wf-t (release)`` and so on: its ``VisionTransformer`` with the arguments of its
-``wfm_tiny`` / ``wfm_small`` (built directly: their timm-0.4 builder call fails on timm 1.x).
+for each ``weightformer_{t,s}`` asked for, as ``weightformer_t (release)`` and so on: its ``VisionTransformer``
+with the arguments of its ``wfm_tiny`` / ``wfm_small`` (built directly: their timm-0.4 builder call fails on timm
+1.x).
 """
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ import statistics
 from mmwf.analysis.timing import interleaved_times, module_from_file, peak_memory
 from mmwf.analysis.train_step import PARTS, train_step
 
-RELEASE_ARGS = {'wf-t': dict(embed_dim=192, depth=17), 'wf-s': dict(embed_dim=384, depth=17)}
+RELEASE_ARGS = {'weightformer_t': dict(embed_dim=192, depth=17), 'weightformer_s': dict(embed_dim=384, depth=17)}
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument('--models', nargs='+', default=['wf-t', 'deit-t'])
+    parser.add_argument('--models', nargs='+', default=['weightformer_t', 'deit_t_softmax'])
     parser.add_argument('--part', choices=PARTS, default='classifier')
     parser.add_argument('--batch', type=int, default=256)
     parser.add_argument('--size', type=int, default=224)

@@ -33,6 +33,11 @@ class TF32Hook(Hook):
             runner.logger.info(f'TF32: matmul {"on" if self.matmul else "off"}, cuDNN {"on" if self.cudnn else "off"}')
 
     def after_run(self, runner) -> None:
+        self.restore_process_state()
+
+    def restore_process_state(self) -> None:
+        """Put back the flags ``before_run`` found (once): at ``after_run``, and through
+        :func:`mmwf.engine.launch.restored_state` when the run stops on an error (mmengine then skips ``after_run``)."""
         if self._saved is not None:
             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self._saved
             self._saved = None

@@ -5,82 +5,9 @@ import torch.nn.functional as F
 
 from mmwf.models.backbones import WeightFormer
 from tests.cost import TensorShapes, saved_bytes
+from tests.reference import linear_delta, released_state_dict, weightformer_forward
 
 SMALL = dict(embed_dims=32, depth=5, mlp_ratio=2)
-
-
-# ---------------------------------------------------------------- an independent, plain reference
-def released_state_dict(dim, depth, num_classes=1000, seed=0):
-    """Random tensors in the released checkpoint layout (shapes written from docs/weightformer.md)."""
-    g = torch.Generator().manual_seed(seed)
-
-    def r(*shape, std=0.05):
-        return torch.randn(*shape, generator=g) * std
-
-    def ln(prefix):
-        return {prefix + '.weight': 1 + r(dim, std=0.1), prefix + '.bias': r(dim)}
-
-    hid = 4 * dim
-    sd = {'patch_embed.proj.weight': r(dim, 3, 16, 16, std=0.02), 'patch_embed.proj.bias': r(dim),
-          **ln('init_norm'), **ln('norm'), 'head.weight': r(num_classes, dim), 'head.bias': r(num_classes)}
-    for i in range(depth):
-        p = f'blocks.{i}.'
-        sd.update({k.replace('X', p): v for k, v in {**ln('Xnorm2')}.items()})
-        sd[p + 'linear2.weight'], sd[p + 'linear2.bias'] = r(dim, hid), r(dim)
-        if (i + 2) % 3 == 0:
-            sd.update({k.replace('X', p): v for k, v in {**ln('Xnorm1')}.items()})
-            sd.update({p + 'dwc.w': r(dim, 1, 3, 3, std=0.2), p + 'dwc.b': r(dim),
-                       p + 'dwc.wfm.0.weight': r(dim, dim, 1, 1, std=0.2), p + 'dwc.wfm.0.bias': r(dim),
-                       p + 'dwc.wfm.2.weight': r(dim, dim, 1, 1, std=0.2),
-                       p + 'linear1.w': r(dim, hid), p + 'linear1.b': r(hid),
-                       p + 'linear1.wfm.weight': r(dim // 4 + hid // 4, dim, std=0.2),
-                       p + 'linear1.wfm.bias': r(dim // 4 + hid // 4),
-                       p + 'linear1.w1': r(dim // 4, dim, std=0.2), p + 'linear1.w2': r(hid // 4, hid, std=0.2)})
-        else:
-            sd.update({p + 'dwc.weight': r(dim, 1, 3, 3, std=0.2), p + 'dwc.bias': r(dim),
-                       p + 'linear1.weight': r(hid, dim), p + 'linear1.bias': r(hid)})
-    return sd
-
-
-def reference_forward(sd, img, depth):
-    """The formulas of docs/weightformer.md, written out plainly (per-sample loops, explicit H and W)."""
-    def ln(t, name):
-        return F.layer_norm(t, t.shape[-1:], sd[name + '.weight'], sd[name + '.bias'], 1e-6)
-
-    def grid(t):  # (B, N, C) -> (B, C, H, W)
-        return t.transpose(1, 2).reshape(t.shape[0], t.shape[2], H, W)
-
-    fmap = F.conv2d(img, sd['patch_embed.proj.weight'], sd['patch_embed.proj.bias'], stride=16)
-    B, C, H, W = fmap.shape
-    x = ln(fmap.flatten(2).transpose(1, 2), 'init_norm')
-    feats = []
-    for i in range(depth):
-        p = f'blocks.{i}.'
-        if (i + 2) % 3 == 0:
-            x = ln(x, p + 'norm1')
-            pooled = F.adaptive_avg_pool2d(grid(x), 3)
-            dw = F.conv2d(F.gelu(F.conv2d(pooled, sd[p + 'dwc.wfm.0.weight'], sd[p + 'dwc.wfm.0.bias'])),
-                          sd[p + 'dwc.wfm.2.weight'])
-            dw = dw / (torch.sqrt((dw ** 2).sum((2, 3), keepdim=True)) + 1)
-            conv = torch.cat([F.conv2d(grid(x)[b:b + 1], sd[p + 'dwc.w'] + dw[b].unsqueeze(1), sd[p + 'dwc.b'],
-                                       padding=1, groups=C) for b in range(B)])
-            x = x + conv.flatten(2).transpose(1, 2)
-            h = ln(x, p + 'norm2')
-            hp = F.avg_pool2d(grid(h), 2).flatten(2).transpose(1, 2)
-            ab = hp @ sd[p + 'linear1.wfm.weight'].t() + sd[p + 'linear1.wfm.bias']
-            a, bm = ab[..., :C // 4], ab[..., C // 4:]
-            P, Q = F.silu(a) @ sd[p + 'linear1.w1'], F.silu(bm) @ sd[p + 'linear1.w2']
-            dW = P.transpose(1, 2) @ Q * C ** -0.5 / (H * W)
-            dW = dW / (torch.sqrt((dW ** 2).sum(1, keepdim=True)) + 1)
-            h = torch.stack([h[b] @ (sd[p + 'linear1.w'] + dW[b]) for b in range(B)]) + sd[p + 'linear1.b']
-        else:
-            conv = F.conv2d(grid(x), sd[p + 'dwc.weight'], sd[p + 'dwc.bias'], padding=1, groups=C)
-            x = x + conv.flatten(2).transpose(1, 2)
-            h = ln(x, p + 'norm2') @ sd[p + 'linear1.weight'].t() + sd[p + 'linear1.bias']
-        x = x + F.gelu(h) @ sd[p + 'linear2.weight'].t() + sd[p + 'linear2.bias']
-        feats.append(x)
-    logits = ln(x, 'norm').mean(1) @ sd['head.weight'].t() + sd['head.bias']
-    return logits, feats, (H, W)
 
 
 @pytest.fixture(scope='module')
@@ -99,7 +26,7 @@ def test_released_layout_classifier_matches_reference(released_t):
     img = torch.randn(2, 3, 224, 160)  # non-square on purpose: the release assumes a square grid
     with torch.no_grad():
         ours = model.forward_classifier(img)
-        ref, _, _ = reference_forward(sd, img, 17)
+        ref, _, _ = weightformer_forward(sd, img, 17)
     assert (ours - ref).abs().max() < 1e-4
 
 
@@ -114,7 +41,7 @@ def test_released_layout_dense_features_match_reference(released_t, tmp_path):
     img = torch.randn(1, 3, 17 * 16 + 5, 11 * 16 + 9)  # odd grid 17 x 11, sizes not multiples of 16
     with torch.no_grad():
         outs = model(img)
-        _, feats, (H, W) = reference_forward(sd, img, 17)
+        _, feats, (H, W) = weightformer_forward(sd, img, 17)
     assert (H, W) == (17, 11)
     expected = [feats[4], feats[8], feats[12],
                 F.layer_norm(feats[16], (192,), sd['norm.weight'], sd['norm.bias'], 1e-6)]
@@ -215,10 +142,7 @@ def test_bilateral_both_evaluation_orders_match_formula(hw):
     layer = BilateralDynamicLinear(16, 64)
     x = torch.randn(2, hw[0] * hw[1], 16, dtype=torch.float64)
     layer.double()
-    xp = F.avg_pool2d(x.transpose(1, 2).reshape(2, 16, *hw), 2).flatten(2).transpose(1, 2)
-    a, b = F.silu(layer.wfm(xp)).split([4, 16], -1)
-    expected = (a @ layer.w1).transpose(1, 2) @ (b @ layer.w2) * 16 ** -0.5 / x.shape[1]
-    assert torch.allclose(layer.delta(x, hw), expected, atol=1e-12)
+    assert torch.allclose(layer.delta(x, hw), linear_delta(layer, x, hw), atol=1e-12)
 
 
 def test_dynamic_block_placement_and_static_baseline():

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from mmwf.models.diffusion import LatentDiffusion, space_timesteps
+from tests.reference import randomised
 from tests.tolerance import assert_same_computation
 
 IDDPM = dict(type='DDPMScheduler', variance_type='learned_range', clip_sample=False)
@@ -15,14 +16,6 @@ def small(family='WeightFormerDiT', **kwargs):
     return dict(type=family, arch=arch, **dict(dict(input_size=8, in_channels=3, num_classes=3), **kwargs))
 
 
-def perturbed(model, scale=0.02):
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * scale)
-    return model.eval()
-
-
 @pytest.mark.parametrize('cfg_scale', [1.0, 2.5])
 def test_ddpm_scheduler_as_iddpm_samples_what_our_sampler_samples(cfg_scale):
     """The same weights, steps and per-sample noise: diffusers' step in its float32 schedule against IDDPM's in
@@ -30,7 +23,7 @@ def test_ddpm_scheduler_as_iddpm_samples_what_our_sampler_samples(cfg_scale):
     grows to hundreds, and a larger random perturbation amplifies the rounding further); the learned variance is read
     by both."""
     ours = LatentDiffusion(small(), sampling_steps='50', cfg_scale=cfg_scale)
-    perturbed(ours.denoiser, 0.005)
+    randomised(ours.denoiser, 0.005, around_init=True, seed=1).eval()
     theirs = LatentDiffusion(small(), sampling_steps='50', cfg_scale=cfg_scale, scheduler=IDDPM)
     theirs.denoiser.load_state_dict(ours.denoiser.state_dict())
     labels = torch.tensor([0, 1, 2, 1])
@@ -55,7 +48,7 @@ def test_diffusers_linspace_spacing_is_iddpms_for_the_usual_step_counts():
 def test_fast_schedulers_are_options_and_bad_ones_are_named():
     labels = torch.tensor([0, 2])
     base = LatentDiffusion(small(), sampling_steps='10')
-    perturbed(base.denoiser)
+    randomised(base.denoiser, 0.02, around_init=True, seed=1).eval()
     for scheduler in (dict(type='DDIMScheduler'), dict(type='DPMSolverMultistepScheduler')):
         model = LatentDiffusion(small(), sampling_steps='10', scheduler=scheduler)
         model.denoiser.load_state_dict(base.denoiser.state_dict())
@@ -91,7 +84,7 @@ def test_dit_pipeline_with_our_transformer_draws_our_samples(vae_dir, tmp_path, 
     from mmwf.models.diffusion.diffusers_model import MMWFTransformer2DModel
     ours = LatentDiffusion(small(family, input_size=4, in_channels=4, num_classes=1000), vae_path=str(vae_dir),
                            sampling_steps='10', scheduler=dict(type='DDIMScheduler'))
-    perturbed(ours.denoiser, 0.05)
+    randomised(ours.denoiser, 0.05, around_init=True, seed=1).eval()
     transformer = MMWFTransformer2DModel.from_denoiser(ours.denoiser)
     pipe = DiTPipeline(transformer, ours.vae.vae, ours.scheduler)
     pipe.set_progress_bar_config(disable=True)

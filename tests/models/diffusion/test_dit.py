@@ -1,26 +1,17 @@
 """DiT and WeightFormer-DiT: the release's / DiT's state-dict layout, WF-DiT's forward against a functional
-reference written from the release's equations, the fixed embeddings against their formulas, adaLN-Zero at init,
+reference (tests/reference.py), the fixed embeddings against their formulas, adaLN-Zero at init,
 guidance, and clear errors."""
 import math
 import re
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from mmwf.models.diffusion import DiT, WeightFormerDiT, sincos_pos_embed_2d, timestep_embedding
 from mmwf.models.layers import PatchEmbed
+from tests.reference import randomised, wf_dit_forward
 
 SMALL_WF = dict(hidden_size=32, depth=4)
-
-
-def perturbed(model):
-    """The model with every parameter moved off its (partly zero) init, so that no branch is silent."""
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return model.eval()
 
 
 def block_keys(prefix, dynamic):
@@ -51,64 +42,12 @@ def test_state_dict_layouts_are_the_releases_and_dits():
     assert dit.state_dict()['final_layer.linear.weight'].shape == (4 * 4 * 8, 768)
 
 
-def reference_wf_dit(sd, x, t, y, p, depth):
-    """WF-DiT from the release's equations on a state dict (plain tensor maths, fp64)."""
-    B, D = x.shape[0], sd['pos_embed'].shape[-1]
-    g = x.shape[-1] // p
-    tok = F.conv2d(x, sd['x_embedder.proj.weight'], sd['x_embedder.proj.bias'], stride=p).flatten(2).transpose(1, 2)
-    tok = tok + sd['pos_embed']
-    half = 128  # GLIDE's frequencies, in float32 as DiT computes them
-    freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32) / half)
-    args = t[:, None].float() * freqs
-    tf = torch.cat([torch.cos(args), torch.sin(args)], 1).double()
-    temb = F.linear(F.silu(F.linear(tf, sd['t_embedder.mlp.0.weight'], sd['t_embedder.mlp.0.bias'])),
-                    sd['t_embedder.mlp.2.weight'], sd['t_embedder.mlp.2.bias'])
-    c = temb + sd['y_embedder.embedding_table.weight'][y]
-
-    def ln(z):
-        return F.layer_norm(z, (D,), eps=1e-6)
-
-    def mod(z, shift, scale):
-        return z * (1 + scale[:, None]) + shift[:, None]
-    for i in range(depth):
-        k = f'blocks.{i}.'
-        m = F.linear(F.silu(c), sd[k + 'adaLN_modulation.1.weight'], sd[k + 'adaLN_modulation.1.bias']).chunk(6, 1)
-        tok = ln(tok)
-        z = mod(tok, m[0], m[1]).transpose(1, 2).reshape(B, D, g, g)
-        if (i + 2) % 3 == 0:  # DynCnn: AAP(3) -> 1x1 conv -> GELU -> 1x1 conv, / (||.|| + 1), + w, per-sample conv
-            dw = F.conv2d(F.gelu(F.conv2d(F.adaptive_avg_pool2d(z, 3), sd[k + 'dwc.wfm.0.weight'],
-                                          sd[k + 'dwc.wfm.0.bias'])), sd[k + 'dwc.wfm.2.weight'])
-            dw = dw / (dw.flatten(2).norm(dim=-1)[..., None, None] + 1)
-            z = torch.cat([F.conv2d(z[b:b + 1], (sd[k + 'dwc.w'][:, 0] + dw[b])[:, None], sd[k + 'dwc.b'], padding=1,
-                                    groups=D) for b in range(B)])
-        else:
-            z = F.conv2d(z, sd[k + 'dwc.weight'], sd[k + 'dwc.bias'], padding=1, groups=D)
-        tok = tok + m[2][:, None] * z.flatten(2).transpose(1, 2)
-        h = mod(ln(tok), m[3], m[4])
-        if (i + 2) % 3 == 0:  # DynLinear: 2x2-pooled tokens, split(wfm), SiLU, w1 / w2, * C^-0.5 / N, column norm
-            pooled = F.avg_pool2d(h.transpose(1, 2).reshape(B, D, g, g), 2).flatten(2).transpose(1, 2)
-            a, bb = F.linear(pooled, sd[k + 'linear1.wfm.weight'], sd[k + 'linear1.wfm.bias']).split(
-                [sd[k + 'linear1.w1'].shape[0], sd[k + 'linear1.w2'].shape[0]], -1)
-            w = (F.silu(a) @ sd[k + 'linear1.w1']).transpose(1, 2) @ (F.silu(bb) @ sd[k + 'linear1.w2'])
-            w = w * D ** -0.5 / (g * g)
-            w = w / (w.norm(dim=-2, keepdim=True) + 1) + sd[k + 'linear1.w']
-            h = h @ w + sd[k + 'linear1.b']
-        else:
-            h = F.linear(h, sd[k + 'linear1.weight'], sd[k + 'linear1.bias'])
-        h = F.linear(F.gelu(h, approximate='tanh'), sd[k + 'linear2.weight'], sd[k + 'linear2.bias'])
-        tok = tok + m[5][:, None] * h
-    shift, scale = F.linear(F.silu(c), sd['final_layer.adaLN_modulation.1.weight'],
-                            sd['final_layer.adaLN_modulation.1.bias']).chunk(2, 1)
-    out = F.linear(mod(ln(tok), shift, scale), sd['final_layer.linear.weight'], sd['final_layer.linear.bias'])
-    C = out.shape[-1] // (p * p)
-    return out.reshape(B, g, g, p, p, C).permute(0, 5, 1, 3, 2, 4).reshape(B, C, g * p, g * p)
-
-
 def test_weightformer_dit_is_the_releases_equations():
-    model = perturbed(WeightFormerDiT(SMALL_WF, patch_size=2, input_size=8, in_channels=3, num_classes=5)).double()
+    model = WeightFormerDiT(SMALL_WF, patch_size=2, input_size=8, in_channels=3, num_classes=5)
+    model = randomised(model, 0.05, around_init=True, seed=1).eval().double()
     x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
     t, y = torch.tensor([3, 801]), torch.tensor([4, 5])  # 5: the dropped label
-    ref = reference_wf_dit({k: v.double() for k, v in model.state_dict().items()}, x, t.double(), y, 2, 4)
+    ref = wf_dit_forward({k: v.double() for k, v in model.state_dict().items()}, x, t.double(), y, 2, 4)
     with torch.no_grad():
         torch.testing.assert_close(model(x, t, y), ref, rtol=1e-9, atol=1e-10)
 
@@ -202,7 +141,7 @@ def test_adaln_zero_init_outputs_zero_and_guidance_combines_the_halves(build):
     model = build().eval()
     x, t = torch.randn(2, 4, 8, 8), torch.tensor([10, 10])
     assert torch.equal(model(x, t, torch.tensor([1, 2])), torch.zeros(2, 8, 8, 8))
-    model = perturbed(model)
+    model = randomised(model, 0.05, around_init=True, seed=1).eval()
     both = torch.cat([x[:1], x[:1]])
     labels = torch.tensor([3, model.num_classes])
     with torch.no_grad():
@@ -245,7 +184,7 @@ def test_activation_checkpointing_keeps_the_gradients_and_saves_no_block_activat
     runs = []
     for with_cp in (False, True):
         torch.manual_seed(0)
-        model = perturbed(build(with_cp)).train()
+        model = randomised(build(with_cp), 0.05, around_init=True, seed=1).train()
         out = {}
 
         def forward(model=model, out=out):

@@ -9,6 +9,7 @@ from mmwf.models.backbones import DeiT, WeightFormer
 from mmwf.models.backbones.deit import DeiTBlock
 from mmwf.models.backbones.weightformer import WeightFormerBlock
 from mmwf.models.layers import build_token_norm
+from tests.reference import randomised
 
 
 def rms_norm(x: torch.Tensor, gain: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -25,16 +26,9 @@ def swiglu_ffn(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Te
     return (gate * torch.sigmoid(gate) * up) @ w2.T + b2
 
 
-def randomise(module: torch.nn.Module) -> None:
-    """Non-trivial values everywhere (norm gains and biases included), so that no term can hide."""
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn_like(p) * 0.3 + (1 if p.dim() == 1 else 0) * 0.5)
-
-
 def test_rmsnorm_is_the_formula():
     norm = build_token_norm(dict(type='RMSNorm'), 24)
-    randomise(norm)
+    randomised(norm, 0.3, vector_mean=0.5)
     x = torch.randn(3, 5, 24) * 4 + 1
     torch.testing.assert_close(norm(x), rms_norm(x, norm.weight))
     with pytest.raises(ValueError, match="choose|one of \\['LN', 'RMSNorm'\\]"):
@@ -44,7 +38,7 @@ def test_rmsnorm_is_the_formula():
 def test_deit_block_with_rmsnorm_and_swiglu_is_the_modern_block():
     """x + attn(RMS(x)), then x + SwiGLU(RMS(x)), hidden width 8/3 C."""
     block = DeiTBlock(48, 3, 4, dict(type='SoftmaxAttention'), norm_cfg=dict(type='RMSNorm'), ffn_type='swiglu')
-    randomise(block)
+    randomised(block, 0.3, vector_mean=0.5)
     assert (block.mlp.fc1.out_features, block.mlp.fc2.in_features) == (2 * 128, 128)  # 8/3 * 48 = 128
     x = torch.randn(2, 16, 48)
     y = x + block.attn(rms_norm(x, block.norm1.weight), (4, 4))
@@ -59,7 +53,7 @@ def test_weightformer_block_with_rmsnorm_and_swiglu(grad):
     the in-place inference path and in training."""
     block = WeightFormerBlock(48, 4, dict(type='StaticDWConv'), dict(type='StaticLinear'), dict(type='StaticLinear'),
                               norm_stream=False, norm_cfg=dict(type='RMSNorm'), ffn_type='swiglu')
-    randomise(block)
+    randomised(block, 0.3, vector_mean=0.5)
     assert (block.linear1.out_features, block.linear2.in_features) == (256, 128)
     x = torch.randn(2, 16, 48)
     y = x + block.dwc(x, (4, 4))

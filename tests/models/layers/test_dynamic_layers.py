@@ -1,7 +1,6 @@
 """Table 1's predictors at value level: every dynamic linear (eqs. 4-8) and dynamic depthwise conv (eqs. 10-13)
-against a plain reference written here from the paper's equation (fp64, random inputs, a non-square grid whose
-sides 2 and 3 do not divide), with the release's normalisations. The references use no mmwf code and no
-torch.nn.functional pooling or convolution."""
+against its equation in tests/reference.py (fp64, random inputs, a non-square grid whose sides 2 and 3 do not
+divide), with the release's normalisations."""
 import pytest
 import torch
 
@@ -17,90 +16,26 @@ from mmwf.models.layers import (
     NonlinearDynamicLinear,
     evaluation,
 )
+from tests.reference import adaptive_pool, conv, dwconv_delta, linear_delta, linear_output, randomised, token_grid
 
 HW = (5, 7)
 CIN, COUT, B = 8, 16, 2
 
 
-def silu(t):
-    return t / (1 + torch.exp(-t))
 
 
-def gelu(t):
-    return 0.5 * t * (1 + torch.erf(t / 2 ** 0.5))
 
 
-def grid(x):
-    """Tokens (B, H*W, C) -> (B, H, W, C)."""
-    return x.reshape(x.shape[0], *HW, x.shape[-1])
 
 
-def pool2(x):
-    """2 x 2 average pooling of the token grid, floor (the last odd row / column dropped), as tokens."""
-    g = grid(x)
-    h, w = HW[0] // 2 * 2, HW[1] // 2 * 2
-    g = g[:, :h, :w]
-    pooled = (g[:, 0::2, 0::2] + g[:, 1::2, 0::2] + g[:, 0::2, 1::2] + g[:, 1::2, 1::2]) / 4
-    return pooled.reshape(x.shape[0], -1, x.shape[-1])
 
 
-def adaptive_pool(m, k):
-    """AAP of a map (B, C, H, W) to (B, C, k, k): bin i covers [floor(i H / k), ceil((i + 1) H / k))."""
-    h, w = m.shape[-2:]
-    out = torch.empty(*m.shape[:2], k, k, dtype=m.dtype)
-    for i in range(k):
-        for j in range(k):
-            r0, r1 = (i * h) // k, -(-((i + 1) * h) // k)
-            c0, c1 = (j * w) // k, -(-((j + 1) * w) // k)
-            out[:, :, i, j] = m[:, :, r0:r1, c0:c1].mean((-2, -1))
-    return out
 
 
-def conv(m, weight, bias, groups=1):
-    """Zero-padded 'same' 2-D convolution by explicit shifts: m (B, Ci, H, W), weight (Co, Ci/groups, K, K)."""
-    k = weight.shape[-1]
-    p = k // 2
-    padded = torch.zeros(*m.shape[:2], m.shape[2] + 2 * p, m.shape[3] + 2 * p, dtype=m.dtype)
-    padded[:, :, p:p + m.shape[2], p:p + m.shape[3]] = m
-    co, ci_g = weight.shape[:2]
-    out = torch.zeros(m.shape[0], co, *m.shape[2:], dtype=m.dtype)
-    for o in range(co):
-        g = o // (co // groups)
-        for u in range(k):
-            for v in range(k):
-                window = padded[:, g * ci_g:(g + 1) * ci_g, u:u + m.shape[2], v:v + m.shape[3]]
-                out[:, o] += torch.einsum('bchw,c->bhw', window, weight[o, :, u, v])
-    return out + (bias[None, :, None, None] if bias is not None else 0)
 
 
-def linear_output(layer, x, dw):
-    """Eq. 3 with the release's normalisation: y = x (W0 + dW / (||dW||_col + 1)) + b."""
-    weight = layer.w + dw / (dw.norm(dim=1, keepdim=True) + 1)
-    return torch.einsum('bnc,bcd->bnd', x, weight) + layer.b
 
 
-def reference_linear_delta(layer, x):
-    """dW of eqs. 4-8 from X (B, N, C), written from the equations."""
-    n = x.shape[1]
-    if isinstance(layer, GAPDynamicLinear):  # eq. 4
-        lin_a, lin_b = layer.wfm[0], layer.wfm[2]
-        z = gelu(x.mean(1) @ lin_a.weight.T + lin_a.bias) @ lin_b.weight.T + lin_b.bias
-        return z.reshape(-1, layer.in_features, layer.out_features)
-    scale = layer.context_features ** -0.5 / n
-    if isinstance(layer, BilateralDynamicLinear):  # eq. 8: W1 sigma(W2 X^T) sigma(X W3) W4
-        xp = pool2(x)
-        ri = layer.r_in
-        w2, b2 = layer.wfm.weight[:ri], layer.wfm.bias[:ri]
-        w3, b3 = layer.wfm.weight[ri:].T, layer.wfm.bias[ri:]
-        left = silu(torch.einsum('rc,bnc->brn', w2, xp) + b2[:, None])  # sigma(W2 X^T): (B, r_in, N')
-        right = silu(xp @ w3 + b3)  # sigma(X W3): (B, N', r_out)
-        return layer.w1.T @ left @ right @ layer.w2 * scale
-    xp = pool2(x) if layer.pool else x
-    corr = xp.transpose(1, 2) @ xp  # X^T X
-    if isinstance(layer, DeepDynamicLinear):  # eq. 7
-        return layer.w1 @ silu(layer.w2 @ corr @ layer.w3 * scale) @ layer.w4
-    linear = layer.w1 @ corr @ layer.w2 * scale  # eq. 5
-    return silu(linear) if isinstance(layer, NonlinearDynamicLinear) else linear  # eq. 6
 
 
 LINEARS = {
@@ -130,22 +65,16 @@ def weight_form(request):
     return request.param
 
 
-def randomised(layer):
-    layer = layer.double()
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.normal_()  # values far from init, so every term matters
-    return layer
 
 
 @pytest.mark.parametrize('make', LINEARS.values(), ids=LINEARS.keys())
 def test_dynamic_linear_equals_its_equation(make, weight_form):
     """Outputs and the gradients of the input and of every parameter, against autograd through the equation."""
-    layer = randomised(make())
+    layer = randomised(make().double())
     x = torch.randn(B, HW[0] * HW[1], CIN, dtype=torch.float64, requires_grad=True)
     with evaluation(layer, **weight_form):
         out = layer(x, HW)
-    expected = linear_output(layer, x, reference_linear_delta(layer, x))
+    expected = linear_output(layer, x, linear_delta(layer, x, HW))
     assert torch.allclose(out, expected, rtol=1e-10, atol=1e-10)
     weights = torch.randn_like(out)  # a loss that weighs every output differently
     inputs = (x, *layer.parameters())
@@ -157,10 +86,10 @@ def test_dynamic_linear_equals_its_equation(make, weight_form):
 @pytest.mark.parametrize('kind', [BilateralDynamicLinear, LinearDynamicLinear])
 def test_second_linear_predicts_from_the_mlp_input(kind, weight_form):
     """Dynamic Linear 2 with a context: dW (4C x C) predicted from the C-wide MLP input, applied to the hidden."""
-    layer = randomised(kind(4 * CIN, CIN, context_features=CIN))
+    layer = randomised(kind(4 * CIN, CIN, context_features=CIN).double())
     hidden = torch.randn(B, HW[0] * HW[1], 4 * CIN, dtype=torch.float64)
     context = torch.randn(B, HW[0] * HW[1], CIN, dtype=torch.float64)
-    expected = linear_output(layer, hidden, reference_linear_delta(layer, context))
+    expected = linear_output(layer, hidden, linear_delta(layer, context, HW))
     with evaluation(layer, **weight_form):
         assert torch.allclose(layer(hidden, HW, context), expected, rtol=1e-10, atol=1e-10)
 
@@ -168,7 +97,7 @@ def test_second_linear_predicts_from_the_mlp_input(kind, weight_form):
 def test_factored_update_of_a_zero_column_has_no_nan_gradient(weight_form):
     """A column of dW that is exactly zero (its norm's derivative undefined at 0): the gradients stay finite in both
     evaluations, as the release's ``torch.norm`` gives (zero subgradient)."""
-    layer = randomised(BilateralDynamicLinear(CIN, COUT))
+    layer = randomised(BilateralDynamicLinear(CIN, COUT).double())
     with torch.no_grad():
         layer.w2[:, 3] = 0  # dW's column 3 is zero: (SiLU(B) w2)[:, 3] = 0
     x = torch.randn(B, HW[0] * HW[1], CIN, dtype=torch.float64, requires_grad=True)
@@ -220,28 +149,8 @@ def test_gram_column_norms_are_those_of_dw_in_fp32_under_fp16_autocast():
     assert torch.isfinite(grad).all() and (grad[:, :, 3] == 0).all()
 
 
-def unit_clip(dw):
-    return dw / (dw.flatten(2).norm(dim=-1)[..., None, None] + 1)
 
 
-def reference_dwc_delta(layer, m):
-    """dW (B, C, K, K) of eqs. 10-13 from the map X (B, C, H, W), with the release's normalisation."""
-    k = layer.kernel_size
-    if isinstance(layer, GAPDynamicDWConv):  # eq. 10
-        lin_a, lin_b = layer.wfm[0], layer.wfm[2]
-        z = gelu(m.mean((2, 3)) @ lin_a.weight.T + lin_a.bias) @ lin_b.weight.T + lin_b.bias
-        return unit_clip(z.reshape(-1, layer.dim, k, k))
-    if isinstance(layer, ConvDynamicDWConv):  # eq. 13: AAP(f(X))
-        c1, c2 = layer.wfm[0], layer.wfm[2]
-        return unit_clip(adaptive_pool(conv(gelu(conv(m, c1.weight, c1.bias)), c2.weight, c2.bias), k))
-    pooled = adaptive_pool(m, k)  # (B, C, K, K)
-    c1, c2 = layer.wfm[0], layer.wfm[2]  # 1 x 1 convs: a linear map per position
-    mlp = torch.einsum('oc,bcij->boij', c2.weight[:, :, 0, 0],
-                       gelu(torch.einsum('oc,bcij->boij', c1.weight[:, :, 0, 0], pooled) + c1.bias[:, None, None]))
-    if isinstance(layer, AmpDirDynamicDWConv):  # eq. 12: s(X) * MLP(X') / (||MLP(X')||_F + eps)
-        amplitude = torch.sigmoid(m.mean((2, 3)) @ layer.amp.weight.T + layer.amp.bias)
-        return amplitude[..., None, None] * mlp / (mlp.flatten(2).norm(dim=-1)[..., None, None] + layer.eps)
-    return unit_clip(mlp)  # eq. 11
 
 
 DWCS = {
@@ -256,13 +165,10 @@ DWCS = {
 @pytest.mark.parametrize('kind', DWCS.values(), ids=DWCS.keys())
 def test_dynamic_dwconv_equals_its_equation(kind, choices):
     """Outputs and gradients of every evaluation (the layer's choices ``conv`` and ``pool``)."""
-    layer = kind(CIN, **choices).double()
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.normal_()
+    layer = randomised(kind(CIN, **choices).double())
     x = torch.randn(B, HW[0] * HW[1], CIN, dtype=torch.float64, requires_grad=True)
-    m = grid(x).permute(0, 3, 1, 2)  # (B, C, H, W)
-    weight = layer.w[None, :, 0] + reference_dwc_delta(layer, m)  # (B, C, K, K): W0 + dW per sample
+    m = token_grid(x, HW).permute(0, 3, 1, 2)  # (B, C, H, W)
+    weight = layer.w[None, :, 0] + dwconv_delta(layer, m)  # (B, C, K, K): W0 + dW per sample
     expected = torch.cat([conv(m[i:i + 1], weight[i][:, None], layer.b, groups=CIN) for i in range(B)])
     expected = expected.permute(0, 2, 3, 1).reshape(B, -1, CIN)
     out = layer(x, HW)

@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from mmwf.models.necks import ViTBaselinePyramid
+from tests.reference import randomised
 
 
 def channel_norm(x, norm):
@@ -15,10 +16,7 @@ def channel_norm(x, norm):
 
 def test_levels_are_normalised_and_resampled_to_strides_4_to_32():
     neck = ViTBaselinePyramid(64)
-    with torch.no_grad():
-        for norm in neck.norms:
-            norm.weight.normal_()
-            norm.bias.normal_()
+    randomised(neck.norms)
     feats = tuple(torch.randn(2, 64, 6, 10) for _ in range(4))
     out = neck(feats)
     assert [o.shape for o in out] == [(2, 64, 24, 40), (2, 64, 12, 20), (2, 64, 6, 10), (2, 64, 3, 5)]
