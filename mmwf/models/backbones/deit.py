@@ -18,12 +18,14 @@ from mmengine.logging import print_log
 from timm.layers import DropPath, Mlp, SwiGLUPacked, resample_abs_pos_embed
 
 from mmwf.models.layers import (
-                                OPERATORS,
-                                build_token_norm,
-                                ffn_widths,
-                                partition,
-                                resample_pos_embed,
-                                unpartition,
+    OPERATORS,
+    build_token_norm,
+    ffn_widths,
+    gelu_linear,
+    has_forward_hooks,
+    partition,
+    resample_pos_embed,
+    unpartition,
 )
 from mmwf.registry import MODELS
 
@@ -75,8 +77,17 @@ class DeiTBlock(nn.Module):
         else:
             y = self.attn(y, hw)
         x = x + self.drop_path(y * self.gamma1 if hasattr(self, 'gamma1') else y)
-        y = self.mlp(self.norm2(x))
+        y = self.feed_forward(self.norm2(x), fused=not has_forward_hooks(self))
         return x + self.drop_path(y * self.gamma2 if hasattr(self, 'gamma2') else y)
+
+    def feed_forward(self, z: torch.Tensor, fused: bool = False) -> torch.Tensor:
+        """``mlp(z)`` on the normalised tokens z (B, N, C); ``fused`` (no forward hooks): timm's GELU ``Mlp``
+        without dropout through the blocks' memory rule (:func:`~mmwf.models.layers.gelu_linear`)."""
+        mlp = self.mlp
+        if (fused and isinstance(mlp, Mlp) and isinstance(mlp.act, nn.GELU) and isinstance(mlp.norm, nn.Identity)
+                and not mlp.drop1.p and not mlp.drop2.p):
+            return gelu_linear(mlp.fc1(z), mlp.fc2, mlp.act.approximate, inplace=not torch.is_grad_enabled())
+        return mlp(z)
 
 
 @MODELS.register_module()

@@ -23,6 +23,8 @@ from mmwf.models.layers import (
     build_token_norm,
     dynamic_block_ids,
     ffn_widths,
+    gelu_linear,
+    has_forward_hooks,
     map_to_tokens,
     swiglu,
 )
@@ -33,20 +35,17 @@ from .base import PlainBackbone
 __all__ = ['WeightFormer', 'WeightFormerBlock', 'TIMM_VARIANTS']  # and the timm entry points registered below
 
 
-def has_forward_hooks(module: nn.Module) -> bool:
-    """Whether a forward hook could see an output of ``module`` or of its submodules."""
-    return bool(nn.modules.module._global_forward_hooks) or any(m._forward_hooks for m in module.modules())
-
-
 class WeightFormerBlock(nn.Module):
     """One block on tokens x (B, H*W, C) of grid ``hw``.
 
     Static (released): ``x = x + dwc(x)``; ``x = x + drop_path(drop(linear2(drop(act(linear1(norm2(x)))))))``.
     Dynamic (released): first ``x = norm1(x)`` (the stream itself is normalised, a release quirk), then the
     same with a dynamic ``dwc`` and/or dynamic ``linear1`` / ``linear2``. With ``ffn_type='swiglu'``, SwiGLU on
-    ``linear1``'s packed [gate | up] output replaces ``act`` (``layers/ffn.py``). At inference without forward hooks the
-    activation and the residual adds run in place on fresh branch outputs (saving a 4C-wide buffer); otherwise
-    every module's output stays as it returned it.
+    ``linear1``'s packed [gate | up] output replaces ``act`` (``layers/ffn.py``). Without forward hooks, the GELU MLP
+    with a static ``linear2`` follows the blocks' memory rule (:func:`~mmwf.models.layers.gelu_linear`: GELU
+    recomputed in the backward pass in training, in place at inference), and at inference the activation and the
+    residual adds run in place on fresh branch outputs (saving 4C-wide buffers); with hooks every module's output
+    stays as it returned it.
 
     Args:
         dim (int): channels C.
@@ -81,17 +80,23 @@ class WeightFormerBlock(nn.Module):
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-        inplace = not torch.is_grad_enabled() and not has_forward_hooks(self)
+        plain = not has_forward_hooks(self)  # no hook sees an intermediate: fused and in-place evaluations
+        inplace = plain and not torch.is_grad_enabled()
         x = self.norm1(x)
         y = self.dwc(x, hw)
         x = y.add_(x) if inplace else y + x
-        y = self.drop_path(self.channel_mixer(self.norm2(x), hw, inplace))
+        y = self.drop_path(self.channel_mixer(self.norm2(x), hw, inplace, fused=plain))
         return y.add_(x) if inplace else y + x
 
-    def channel_mixer(self, z: torch.Tensor, hw: tuple[int, int], inplace: bool = False) -> torch.Tensor:
+    def channel_mixer(self, z: torch.Tensor, hw: tuple[int, int], inplace: bool = False,
+                      fused: bool = False) -> torch.Tensor:
         """The MLP branch on its normalised input z (B, H*W, C), before stochastic depth and the residual:
-        drop(linear2(drop(act(linear1(z))))) (``inplace``: the activation in place on linear1's fresh output)."""
+        drop(linear2(drop(act(linear1(z))))) (``inplace``: the activation in place on linear1's fresh output;
+        ``fused``: a GELU MLP whose ``linear2`` is static and without dropout through
+        :func:`~mmwf.models.layers.gelu_linear`)."""
         y = self.linear1(z, hw)
+        if fused and self.act is not None and type(self.linear2) is StaticLinear and not self.drop.p:
+            return gelu_linear(y, self.linear2, inplace=inplace)
         y = self.drop(swiglu(y, inplace) if self.swiglu else torch.ops.aten.gelu_(y) if inplace else self.act(y))
         return self.drop(self.linear2(y, hw, z) if self.linear2_context else self.linear2(y, hw))
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 from timm.layers import Mlp
 
-from mmwf.models.layers import SoftmaxAttention, gelu_linear, resolve_arch
+from mmwf.models.layers import SoftmaxAttention, gelu_linear, has_forward_hooks, resolve_arch
 from mmwf.registry import MODELS
 
 from .dit_utils import DiffusionTransformer, gated, modulate
@@ -30,9 +30,10 @@ class DiTBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, c: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN_modulation(c).chunk(6, dim=1)
-        x = gated(x, gate1, self.attn(modulate(self.norm1(x), shift1, scale1), hw))
+        inplace = not torch.is_grad_enabled() and not has_forward_hooks(self)  # sampling: the blocks' memory rule
+        x = gated(x, gate1, self.attn(modulate(self.norm1(x), shift1, scale1), hw), inplace)
         h = self.mlp.fc1(modulate(self.norm2(x), shift2, scale2))  # timm's Mlp (DiT's keys): fc1, GELU, fc2
-        return gated(x, gate2, gelu_linear(h, self.mlp.fc2, approximate='tanh'))
+        return gated(x, gate2, gelu_linear(h, self.mlp.fc2, 'tanh', inplace), inplace)
 
 
 @MODELS.register_module()

@@ -22,9 +22,10 @@ def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch
     return torch.addcmul(shift.unsqueeze(1), x, 1 + scale.unsqueeze(1))
 
 
-def gated(x: torch.Tensor, gate: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The gated residual x + gate * y, x and y (B, N, D), gate (B, D), in one pass."""
-    return torch.addcmul(x, gate.unsqueeze(1), y)
+def gated(x: torch.Tensor, gate: torch.Tensor, y: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """The gated residual x + gate * y, x and y (B, N, D), gate (B, D), in one pass (``inplace``: into y, a branch's
+    fresh output no one else holds, at inference)."""
+    return torch.addcmul(x, gate.unsqueeze(1), y, out=y) if inplace else torch.addcmul(x, gate.unsqueeze(1), y)
 
 
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:

@@ -20,6 +20,7 @@ from mmwf.models.layers import (
     StaticLinear,
     dynamic_block_ids,
     gelu_linear,
+    has_forward_hooks,
     resolve_arch,
 )
 from mmwf.registry import MODELS
@@ -46,10 +47,11 @@ class WFDiTBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, c: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN_modulation(c).chunk(6, dim=1)
+        inplace = not torch.is_grad_enabled() and not has_forward_hooks(self)  # sampling: the blocks' memory rule
         x = self.norm1(x)
-        x = gated(x, gate1, self.dwc(modulate(x, shift1, scale1), hw))
+        x = gated(x, gate1, self.dwc(modulate(x, shift1, scale1), hw), inplace)
         h = self.linear1(modulate(self.norm2(x), shift2, scale2), hw)
-        return gated(x, gate2, gelu_linear(h, self.linear2, approximate='tanh'))
+        return gated(x, gate2, gelu_linear(h, self.linear2, 'tanh', inplace), inplace)
 
 
 @MODELS.register_module()

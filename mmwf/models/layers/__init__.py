@@ -26,7 +26,7 @@ from .dynamic_linear import (
                              StaticLinear,
 )
 from .ffn import FFN_TYPES, ffn_widths, gelu_linear, swiglu
-from .implementation import CHOICES, evaluation, implementation
+from .implementation import CHOICES, evaluation, has_forward_hooks, implementation
 from .norm import TOKEN_NORMS, LayerNorm2d, build_token_norm
 from .sequence import run_blocks
 from .tokens import (
@@ -53,4 +53,5 @@ __all__ = ['LayerNorm2d', 'TOKEN_NORMS', 'build_token_norm', 'FFN_TYPES', 'ffn_w
            'MHLAttention', 'TTTAttention',
            'PatchEmbed', 'tokens_to_map', 'map_to_tokens', 'pool_tokens', 'partition', 'unpartition',
            'resample_pos_embed', 'resolve_arch', 'dynamic_block_ids', 'implementation', 'evaluation', 'CHOICES',
+           'has_forward_hooks',
            'run_blocks']

@@ -59,10 +59,12 @@ class _GeluLinear(torch.autograd.Function):
         return grad_h, grad_w, grad_b, None
 
 
-def gelu_linear(h: torch.Tensor, linear: nn.Linear, approximate: str = 'none') -> torch.Tensor:
-    """``linear(F.gelu(h, approximate=approximate))`` for the hidden tokens h (..., hidden) of an MLP. While autograd
-    records, GELU(h) is computed again in the backward pass instead of being kept: the MLP keeps its hidden tensor
-    once, not twice (its largest activation), for one more element-wise pass."""
+def gelu_linear(h: torch.Tensor, linear: nn.Linear, approximate: str = 'none', inplace: bool = False) -> torch.Tensor:
+    """``linear(F.gelu(h, approximate=approximate))`` for the hidden tokens h (..., hidden) of an MLP, the blocks'
+    one memory rule for their largest activation. While autograd records (training), GELU(h) is computed again in
+    the backward pass instead of being kept: the MLP keeps its hidden tensor once, not twice, for one more
+    element-wise pass. Otherwise (inference) with ``inplace`` (h is a fresh output no one else holds), GELU
+    overwrites h: one hidden-sized buffer, not two."""
     if records_autograd(h, linear.weight):
         return _GeluLinear.apply(h, linear.weight, linear.bias, approximate)
-    return linear(F.gelu(h, approximate=approximate))
+    return linear(torch.ops.aten.gelu_(h, approximate=approximate) if inplace else F.gelu(h, approximate=approximate))

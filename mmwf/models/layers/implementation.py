@@ -99,6 +99,13 @@ def records_autograd(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
+def has_forward_hooks(module: nn.Module) -> bool:
+    """Whether a forward hook could see an output of ``module`` or of its submodules: then the blocks evaluate every
+    submodule as it is (no fused or in-place evaluation could change what a hook saw). torch has no public query;
+    its module-level dicts are read."""
+    return bool(nn.modules.module._global_forward_hooks) or any(m._forward_hooks for m in module.modules())
+
+
 def kernel(operation: str, device: torch.device | None = None, autograd: bool = False) -> str:
     """The kernel of ``operation`` (a column of :data:`KERNELS`) under the running :func:`implementation`, on
     ``device`` and with or without ``autograd`` when the choice depends on them.

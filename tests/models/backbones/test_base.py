@@ -107,3 +107,34 @@ def test_frozen_stages_freeze_the_stem_and_the_first_blocks_and_stay_frozen_in_t
     blocks_in_eval = [i for i, b in enumerate(model.blocks) if not b.training]
     assert blocks_in_eval == list(range(max(frozen, 0)))
     assert model.patch_embed.training == (frozen < 0)
+
+
+BLOCKS = {
+    'weightformer': lambda: WeightFormer(TINY_WF, dynamic_blocks=[0, 2]).blocks[1],
+    'deit': lambda: DeiT(TINY_DEIT).blocks[0],
+}
+
+
+@pytest.mark.parametrize('make', BLOCKS.values(), ids=BLOCKS.keys())
+def test_training_blocks_keep_the_mlp_hidden_tensor_once(make):
+    """The blocks' memory rule (layers.gelu_linear): in training the GELU MLP keeps its hidden tensor once (GELU
+    recomputed in backward), one hidden tensor less than the module-by-module evaluation a forward hook gets; the
+    loss and the gradients are the same computation."""
+    from tests.cost import saved_bytes
+    from tests.tolerance import assert_same_computation
+    block, x, hw = make().train(), torch.randn(2, 12, 32, requires_grad=True), (3, 4)
+    hidden = 2 * 12 * 64 * 4  # B N (2 C) fp32
+    runs = []
+    for hooked in (False, True):
+        handle = block.register_forward_hook(lambda m, i, o: None) if hooked else None
+        saved = saved_bytes(lambda: block(x, hw))
+        out = block(x, hw)
+        grads = torch.autograd.grad(out.square().sum(), (x, *block.parameters()))
+        runs.append((saved, out, grads))
+        if handle:
+            handle.remove()
+    (fused, out, grads), (unfused, ref_out, ref_grads) = runs
+    assert unfused - fused == hidden
+    assert_same_computation(out, ref_out)
+    for g, r in zip(grads, ref_grads):
+        assert_same_computation(g, r)
