@@ -15,15 +15,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from mmwf.models.layers import (
-    AmpDirDynamicDWConv,
-    BilateralDynamicLinear,
-    ConvDynamicDWConv,
-    DeepDynamicLinear,
-    GAPDynamicDWConv,
-    GAPDynamicLinear,
-    NonlinearDynamicLinear,
-)
+from mmwf.models import layers
 
 
 def randomised(module: torch.nn.Module, std: float = 1.0, *, around_init: bool = False, vector_mean: float = 0.0,
@@ -105,12 +97,12 @@ def linear_output(layer: torch.nn.Module, x: torch.Tensor, dw: torch.Tensor) -> 
 def linear_delta(layer: torch.nn.Module, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
     """dW of eqs. 4-8 from X (B, H*W, C) on the grid ``hw``."""
     n = x.shape[1]
-    if isinstance(layer, GAPDynamicLinear):  # eq. 4
+    if isinstance(layer, layers.GAPDynamicLinear):  # eq. 4
         lin_a, lin_b = layer.wfm[0], layer.wfm[2]
         z = gelu(x.mean(1) @ lin_a.weight.T + lin_a.bias) @ lin_b.weight.T + lin_b.bias
         return z.reshape(-1, layer.in_features, layer.out_features)
     scale = layer.context_features ** -0.5 / n
-    if isinstance(layer, BilateralDynamicLinear):  # eq. 8: W1 sigma(W2 X^T) sigma(X W3) W4
+    if isinstance(layer, layers.BilateralDynamicLinear):  # eq. 8: W1 sigma(W2 X^T) sigma(X W3) W4
         xp = pool2(x, hw)
         ri = layer.r_in
         w2, b2 = layer.wfm.weight[:ri], layer.wfm.bias[:ri]
@@ -120,26 +112,26 @@ def linear_delta(layer: torch.nn.Module, x: torch.Tensor, hw: tuple[int, int]) -
         return layer.w1.T @ left @ right @ layer.w2 * scale
     xp = pool2(x, hw) if layer.pool else x
     corr = xp.transpose(1, 2) @ xp  # X^T X
-    if isinstance(layer, DeepDynamicLinear):  # eq. 7
+    if isinstance(layer, layers.DeepDynamicLinear):  # eq. 7
         return layer.w1 @ silu(layer.w2 @ corr @ layer.w3 * scale) @ layer.w4
     linear = layer.w1 @ corr @ layer.w2 * scale  # eq. 5
-    return silu(linear) if isinstance(layer, NonlinearDynamicLinear) else linear  # eq. 6
+    return silu(linear) if isinstance(layer, layers.NonlinearDynamicLinear) else linear  # eq. 6
 
 
 def dwconv_delta(layer: torch.nn.Module, m: torch.Tensor) -> torch.Tensor:
     """dW (B, C, K, K) of eqs. 10-13 from the map X (B, C, H, W), with the release's normalisation."""
     k = layer.kernel_size
-    if isinstance(layer, GAPDynamicDWConv):  # eq. 10
+    if isinstance(layer, layers.GAPDynamicDWConv):  # eq. 10
         lin_a, lin_b = layer.wfm[0], layer.wfm[2]
         z = gelu(m.mean((2, 3)) @ lin_a.weight.T + lin_a.bias) @ lin_b.weight.T + lin_b.bias
         return unit_clip(z.reshape(-1, layer.dim, k, k))
     c1, c2 = layer.wfm[0], layer.wfm[2]
-    if isinstance(layer, ConvDynamicDWConv):  # eq. 13: AAP(f(X))
+    if isinstance(layer, layers.ConvDynamicDWConv):  # eq. 13: AAP(f(X))
         return unit_clip(adaptive_pool(conv(gelu(conv(m, c1.weight, c1.bias)), c2.weight, c2.bias), k))
     pooled = adaptive_pool(m, k)  # (B, C, K, K); the 1 x 1 convs: a linear map per position
     mlp = torch.einsum('oc,bcij->boij', c2.weight[:, :, 0, 0],
                        gelu(torch.einsum('oc,bcij->boij', c1.weight[:, :, 0, 0], pooled) + c1.bias[:, None, None]))
-    if isinstance(layer, AmpDirDynamicDWConv):  # eq. 12: s(X) * MLP(X') / (||MLP(X')||_F + eps)
+    if isinstance(layer, layers.AmpDirDynamicDWConv):  # eq. 12: s(X) * MLP(X') / (||MLP(X')||_F + eps)
         amplitude = torch.sigmoid(m.mean((2, 3)) @ layer.amp.weight.T + layer.amp.bias)
         return amplitude[..., None, None] * mlp / (mlp.flatten(2).norm(dim=-1)[..., None, None] + layer.eps)
     return unit_clip(mlp)  # eq. 11
