@@ -38,14 +38,21 @@ def add_arguments(parser) -> None:
     parser.add_argument('--rounds', type=int, default=10)
     parser.add_argument('--repeat', type=int, default=1, help='forward passes per timed sample')
     parser.add_argument('--fp16', action='store_true', help='half-precision weights and inputs (CUDA)')
-    parser.add_argument('--work-dir', help='where the ONNX files go (default: a temporary folder)')
+    parser.add_argument('--work-dir', help='keep the ONNX files here (default: a temporary folder, removed)')
 
 
 def run(args) -> None:
     if args.fp16 and args.device != 'cuda':
         raise SystemExit('error: --fp16 needs --device cuda (CPU kernels of ONNX Runtime are fp32)')
+    if args.work_dir:
+        return measure(args, args.work_dir)
+    with tempfile.TemporaryDirectory(prefix='onnx_benchmark_') as work_dir:  # removed with its files afterwards
+        measure(args, work_dir)
+
+
+def measure(args, work_dir: str) -> None:
+    """Export, check and time every model at every size, the ONNX files in ``work_dir``; print the table."""
     dtype = torch.float16 if args.fp16 else torch.float32
-    work_dir = args.work_dir or tempfile.mkdtemp(prefix='onnx_benchmark_')
     rows = []
     for size in args.sizes:
         x = torch.randn(args.batch, 3, size, size)
