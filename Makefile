@@ -3,12 +3,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mmwf-installed
 
-.PHONY: install demo test quick lint benchmark
+.PHONY: install demo test quick lint docs benchmark
 
 install: $(STAMP)
 
 $(STAMP): tools/install.sh requirements.txt requirements/stack.txt requirements/tests.txt requirements/deploy.txt \
-          requirements/generation.txt setup.cfg
+          requirements/generation.txt requirements/docs.txt setup.cfg
 	bash tools/install.sh
 	touch $(STAMP)
 
@@ -18,9 +18,13 @@ demo: install
 lint: install
 	$(VENV)/bin/ruff check .
 
+# the documentation site (mkdocs.yml) into site/: warnings (a broken link, a docstring it cannot read) are errors
+docs: install
+	$(VENV)/bin/mkdocs build --strict --quiet
+
 # two pytest-xdist workers per two cores (one torch thread each); a file's tests share a worker, slow files first
 # (tests/conftest.py)
-test: install lint
+test: install lint docs
 	$(PY) -m pytest -n auto --dist loadgroup -m "not benchmark"
 
 # the edit-test loop: everything but the slow tests

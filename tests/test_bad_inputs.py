@@ -1,7 +1,7 @@
 """Bad input of every kind gets one error that names the problem, the file or value, and the fix.
 
 Each case builds the bad input, runs the public entry point a user would, and asserts the error type and the
-words the user needs (the README's "When something goes wrong" table lists them)."""
+words the user needs (docs/troubleshooting.md lists them)."""
 from __future__ import annotations
 
 import argparse
@@ -239,7 +239,8 @@ def coco_class_not_in_file(tmp: Path) -> Callable:
 
 
 def segmentation_classes_remapped_by_name() -> Callable:
-    """The README's detection pattern on a segmentation config: ADE20K's type given two of its 150 classes."""
+    """The detection pattern of docs/guides/your_project.md on a segmentation config: ADE20K's type given two of its
+    150 classes."""
     from mmseg.datasets import ADE20KDataset
     dataset = ADE20KDataset(data_root='data/ade', data_prefix=dict(img_path='i', seg_map_path='a'), lazy_init=True,
                             metainfo=dict(classes=('floor', 'wall')))

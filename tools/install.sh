@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-command set-up of the mmwf stack in ./.venv (the README's set-up section says what it does and why).
+# One-command set-up of the mmwf stack in ./.venv (docs/get_started.md says what it does and why).
 # Idempotent: every step is skipped when already satisfied; mmcv is built once and cached outside the repo.
 set -euo pipefail
 
@@ -93,6 +93,7 @@ step "mmwf (editable, with its requirements) and test tools"
 "${PIP[@]}" -r "$ROOT/requirements/tests.txt" || fail "pip could not install the test requirements"
 "${PIP[@]}" -r "$ROOT/requirements/deploy.txt" || fail "pip could not install the ONNX export requirements (requirements/deploy.txt)"
 "${PIP[@]}" -r "$ROOT/requirements/generation.txt" || fail "pip could not install the generation requirements (requirements/generation.txt)"
+"${PIP[@]}" -r "$ROOT/requirements/docs.txt" || fail "pip could not install the documentation requirements (requirements/docs.txt)"
 
 step "stack check"
 "$PY" -c "import mmwf; from mmwf.utils import check_stack; check_stack(require_mmcv_ops=True); print('stack ok')" \

@@ -2,7 +2,7 @@
 # Train on a Slurm cluster, one task per GPU (mmengine's slurm launcher reads SLURM_PROCID, SLURM_NTASKS and the
 # node list; several nodes need nothing more):
 #   GPUS=16 GPUS_PER_NODE=8 bash tools/slurm_train.sh PARTITION JOB_NAME CONFIG WORK_DIR [extra args]
-# Add --auto-scale-lr when GPUS x the per-GPU batch is not the config's reference batch (README, "Several GPUs").
+# Add --auto-scale-lr when GPUS x the per-GPU batch is not the config's reference batch (docs/guides/distributed.md).
 # tools/slurm_test.sh runs tools/test.py through this script (TOOL=test, CHECKPOINT in place of WORK_DIR).
 set -euo pipefail
 PARTITION=$1

@@ -3,7 +3,7 @@
 # models mmwf registers with timm; mmwf is imported as a pytest plugin (-p mmwf) before timm's tests collect.
 # Usage: [ONLY="<-k expression>"] bash tools/analysis/timm_model_tests.sh [--all] [pytest args ...]
 # (ONLY narrows the selection, e.g. ONLY="default_cfgs and deit_t"; a -k of your own would replace it)
-# Deselected unless --all (the README's timm section says why): TorchScript and torch.fx (the input checks that
+# Deselected unless --all (docs/guides/frontends.md says why): TorchScript and torch.fx (the input checks that
 # give clear errors are Python control flow on shapes; features_only uses forward_intermediates instead), and
 # the pretrained downloads (the release's weights on the Hugging Face hub; tests/models/backbones/test_timm.py
 # runs the same path on an offline hub cache).
