@@ -28,6 +28,9 @@ RELEASE_S_CONFIG = dict(img_size=224, patch_size=16, in_chans=3, num_classes=100
     lambda: DeiT(dict(embed_dims=32, depth=2, num_heads=2, mlp_ratio=2), attn_cfg=dict(type='MHLAttention'),
                  out_indices=(0, 1), norm_cfg=dict(type='RMSNorm'))], ids=['weightformer', 'deit'])
 def test_save_pretrained_round_trip(build, tmp_path):
+    """The model back from its folder: the same network and weights; a classifier saved in mmpretrain's form
+    (a 1-tuple from forward) comes back giving its logits, as the hub's users expect; the model card says how to load
+    it and what it returns."""
     model = build().eval()
     model.save_pretrained(tmp_path / 'repo')
     config = json.loads((tmp_path / 'repo' / 'config.json').read_text())
@@ -36,8 +39,17 @@ def test_save_pretrained_round_trip(build, tmp_path):
     assert not again.training and repr(again) == repr(model)
     x = torch.randn(2, 3, 64, 48)
     with torch.no_grad():
-        for a, b in zip(model(x), again(x), strict=True):
-            assert_same_computation(b, a)
+        ours, theirs = model(x), again(x)
+    if model.num_classes:
+        assert model.out_type == 'logits' and again.out_type == 'timm' and theirs.shape == (2, model.num_classes)
+        ours, theirs = ours, (theirs,)
+    for a, b in zip(ours, theirs, strict=True):
+        assert_same_computation(b, a)
+    card = (tmp_path / 'repo' / 'README.md').read_text()
+    name = type(model).__name__
+    assert f'from mmwf.models.backbones import {name}' in card and f"{name}.from_pretrained('" in card
+    assert ('logits (1, 3)' if model.num_classes else 'the feature maps of out_indices') in card
+    assert 'More Information Needed' not in card
 
 
 @pytest.mark.slow
