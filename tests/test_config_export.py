@@ -119,8 +119,10 @@ def test_a_project_of_its_own_inherits_exported_configs_and_trains(demo_data, tm
 
 
 @pytest.mark.slow
-def test_an_installed_wheel_carries_and_exports_the_configs(tmp_path):
-    """The wheel holds mmwf/.mim (configs and model index as files, not links) and exports from there."""
+def test_an_installed_wheel_carries_and_exports_the_configs(demo_data, tmp_path):
+    """The wheel holds mmwf/.mim (configs, model index and tools as files, not links), exports from there, and its
+    tools train and test a config from a folder outside the repository (OpenMMLab's layout: what
+    ``mim train mmwf CONFIG`` runs)."""
     wheels, site, out = tmp_path / 'wheels', tmp_path / 'site', tmp_path / 'out'
     pip = [sys.executable, '-m', 'pip', '--disable-pip-version-check', '-q']
     subprocess.run([*pip, 'wheel', '--no-deps', '--no-build-isolation', str(ROOT), '-w', str(wheels)], check=True,
@@ -138,3 +140,18 @@ def test_an_installed_wheel_carries_and_exports_the_configs(tmp_path):
     assert res.stdout.startswith(str(packaged))
     exported = Config.fromfile(str(out / 'upernet_wf_s_ade20k.py')).to_dict()
     assert exported == Config.fromfile(str(config_file('upernet_wf_s_ade20k'))).to_dict()
+
+    tools, work = packaged / 'tools', tmp_path / 'work'
+    assert not tools.is_symlink() and (tools / 'train.py').is_file() and (tools / 'dist_train.sh').is_file()
+    (tmp_path / 'data').mkdir()
+    (tmp_path / 'data' / 'demo').symlink_to(demo_data)
+    config = packaged / 'configs/demo/upernet_wf_t_demo.py'
+    res = subprocess.run([sys.executable, str(tools / 'train.py'), str(config), '--work-dir', str(work),
+                          '--cfg-options', 'train_cfg.max_iters=1', 'train_cfg.val_interval=1',
+                          'default_hooks.checkpoint.interval=1', 'train_dataloader.batch_size=2'],
+                         cwd=tmp_path, env=dict(env, OMP_NUM_THREADS='1'), capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = subprocess.run([sys.executable, str(tools / 'test.py'), str(config), str(work / 'iter_1.pth'),
+                          '--work-dir', str(work)], cwd=tmp_path, env=dict(env, OMP_NUM_THREADS='1'),
+                         capture_output=True, text=True)
+    assert res.returncode == 0 and 'mIoU' in res.stdout + res.stderr, res.stderr[-3000:]
