@@ -69,6 +69,57 @@ def paper_counts(name: str) -> dict[str, float]:
     return {k.removeprefix('Paper '): v for k, v in meta.items() if k.startswith('Paper ') and k != 'Paper Differences'}
 
 
+def _field_targets(node, keys: list[str], path: str) -> list[tuple[dict | list, str | int]]:
+    """(container, key) of every place ``keys`` reach from ``node``: a key ``name[Type]`` is the list under ``name``
+    narrowed to its dicts of that ``type`` (a pipeline's transforms)."""
+    if not keys:
+        return []
+    key, rest = keys[0], keys[1:]
+    name, _, type_ = key.partition('[')
+    if type_:
+        items = node.get(name) if hasattr(node, 'keys') else None
+        if not isinstance(items, list):
+            return []
+        found = [t for t in items if isinstance(t, dict) and t.get('type') == type_.rstrip(']')]
+        return [hit for t in found for hit in (_field_targets(t, rest, f'{path}.{key}') if rest else [])]
+    if not hasattr(node, 'keys') or name not in node:
+        return []  # a child config without the field (e.g. a whole-image test instead of a sliding one)
+    return _field_targets(node[name], rest, f'{path}.{name}') if rest else [(node, name)]
+
+
+def follow_image_size(cfg: Config) -> list[str]:
+    """Set what depends on the image size from ``cfg.image_size`` where a child config or ``--cfg-options
+    image_size=S`` changed it (mmengine resolves a config's variables when it reads the file, so its crops, pads and
+    test scales keep the size they were written with). A config declares them in ``image_size_fields``:
+    ``written_for`` (the size its fields hold) and ``fields``, a dotted path (``name[Type]`` picks a pipeline's
+    transforms of that type) -> the factors of (H, W) its value is (an int factor: of H alone), e.g.
+    ``'model.test_cfg.stride': (2 / 3, 2 / 3)``. Returns the paths it set; a config without the declaration is left
+    as it is."""
+    declared = cfg.get('image_size_fields')
+    size = cfg.get('image_size')
+    if size is None:
+        return []
+    size = (size, size) if isinstance(size, int) else tuple(size)
+    if len(size) != 2 or not all(isinstance(v, int) and v > 0 for v in size):
+        raise ValueError(f'image_size={cfg.image_size!r}: give H, W (positive ints) or one int for a square')
+    if declared is None:
+        return []
+    written = tuple(declared['written_for'])
+    if size == written:
+        return []
+    changed = []
+    for path, factors in declared['fields'].items():
+        targets = _field_targets(cfg, path.split('.'), '')
+        for container, key in targets:
+            container[key] = (int(factors * size[0]) if isinstance(factors, (int, float)) else
+                              tuple(int(f * v) for f, v in zip(factors, size)))
+        if targets:
+            changed.append(path)
+    cfg.image_size = size
+    cfg.image_size_fields.written_for = size
+    return changed
+
+
 def export_config(name: str, dest: str | Path) -> Path:
     """Write config ``name`` with its ``_base_`` files resolved to ``dest/NAME.py``; return that path."""
     dest = Path(dest)
@@ -77,7 +128,9 @@ def export_config(name: str, dest: str | Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     source = config_file(name)
     out = dest / source.name
-    Config.fromfile(str(source)).dump(str(out))
+    cfg = Config.fromfile(str(source))
+    follow_image_size(cfg)
+    cfg.dump(str(out))
     return out
 
 

@@ -4,6 +4,8 @@ import os
 
 from mmengine.config import Config, DictAction
 
+from mmwf.configs import follow_image_size
+
 
 def add_runner_args(parser: argparse.ArgumentParser) -> None:
     """The options tools/train.py and tools/test.py share."""
@@ -15,11 +17,13 @@ def add_runner_args(parser: argparse.ArgumentParser) -> None:
 
 def load_tool_config(args: argparse.Namespace) -> Config:
     """The config as tools/train.py and tools/test.py use it: overrides merged, launcher set, work_dir
-    defaulting to ./work_dirs/<config name>; LOCAL_RANK exported for the launcher."""
+    defaulting to ./work_dirs/<config name>, a changed image_size followed (:func:`mmwf.configs.follow_image_size`);
+    LOCAL_RANK exported for the launcher."""
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
+    follow_image_size(cfg)  # a changed image_size (here or in a child config) reaches its crops, pads and scales
     cfg.launcher = args.launcher
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or os.path.join(
         './work_dirs', os.path.splitext(os.path.basename(args.config))[0])

@@ -100,3 +100,13 @@ randomness = dict(seed=0)  # detectron2 draws a random seed when none is given; 
 log_processor = dict(by_epoch=False)
 custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf loss, naming the terms
 auto_scale_lr = dict(enable=False, base_batch_size=64)
+
+# What follows image_size (H, W) when a child config or `--cfg-options image_size=S` changes it: the factors of the
+# size each field holds (one factor: of H); mmwf's tools set them (mmwf.configs.follow_image_size)
+image_size_fields = dict(written_for=image_size, fields={
+    'model.data_preprocessor.pad_size_divisor': 1,
+    'train_pipeline[RandomResize].scale': (1, 1), 'train_pipeline[RandomCrop].crop_size': (1, 1),
+    'test_pipeline[Resize].scale': (1, 1),
+    'train_dataloader.dataset.pipeline[RandomResize].scale': (1, 1),
+    'train_dataloader.dataset.pipeline[RandomCrop].crop_size': (1, 1),
+    'val_dataloader.dataset.pipeline[Resize].scale': (1, 1), 'test_dataloader.dataset.pipeline[Resize].scale': (1, 1)})

@@ -7,7 +7,8 @@
 _base_ = ['mmseg::_base_/models/upernet_r50.py', 'mmseg::_base_/datasets/ade20k.py',
           'mmseg::_base_/default_runtime.py', './mmwf_runtime.py']
 
-crop_size = (512, 512)
+image_size = (512, 512)  # the crop; what follows it: image_size_fields below
+crop_size = image_size
 norm_cfg = dict(type='SyncBN', requires_grad=True)
 model = dict(
     data_preprocessor=dict(size=crop_size),
@@ -50,3 +51,15 @@ randomness = dict(seed=0)
 auto_scale_lr = dict(enable=False, base_batch_size=32)  # Vim's 4 GPUs x 8; mmseg's linear rule (--auto-scale-lr)
 log_processor = dict(by_epoch=False)
 custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf loss, naming the terms
+
+# What follows image_size (H, W) when a child config or `--cfg-options image_size=S` changes it: the factors of the
+# size each field holds (mmseg's ADE20K pipeline resizes to 4 W x H before the crop; the sliding test's stride is
+# 2/3 of the crop); mmwf's tools set them (mmwf.configs.follow_image_size)
+image_size_fields = dict(written_for=image_size, fields={
+    'crop_size': (1, 1), 'model.data_preprocessor.size': (1, 1), 'model.test_cfg.crop_size': (1, 1),
+    'model.test_cfg.stride': (2 / 3, 2 / 3),
+    'train_pipeline[RandomResize].scale': (4, 1), 'train_pipeline[RandomCrop].crop_size': (1, 1),
+    'test_pipeline[Resize].scale': (4, 1),
+    'train_dataloader.dataset.pipeline[RandomResize].scale': (4, 1),
+    'train_dataloader.dataset.pipeline[RandomCrop].crop_size': (1, 1),
+    'val_dataloader.dataset.pipeline[Resize].scale': (4, 1), 'test_dataloader.dataset.pipeline[Resize].scale': (4, 1)})

@@ -4,6 +4,7 @@
 _base_ = '../cascade_wf_t_coco.py'
 
 image_size = (128, 128)
+image_size_fields = dict(written_for=image_size)  # the fields below hold it
 data_root = 'data/demo/coco/'
 metainfo = dict(classes=('circle', 'square', 'triangle'))
 num_classes = 3

@@ -365,3 +365,60 @@ def test_dense_backbone_loads_an_imagenet_stage_distiller_checkpoint(tmp_path):
     trained = distiller.student.backbone.state_dict()
     for k, v in backbone.state_dict().items():
         assert torch.equal(v, torch.ones_like(v)) if '.gamma' in k else torch.equal(v, trained[k]), k
+
+
+SIZED = {'cascade_wf_t_coco': 'det', 'cascade_deit_t_coco': 'det', 'upernet_wf_t_ade20k': 'seg',
+         'upernet_deit_s_ade20k': 'seg', 'cascade_wf_t_demo': 'det', 'upernet_wf_t_demo': 'seg-demo'}
+
+
+def sized_fields(cfg: Config) -> dict[str, object]:
+    """Every value a detection / segmentation config derives from its image size, found by walking the config
+    (independently of its declaration): the pad, the preprocessor's size, the sliding test's crop and stride, and each
+    pipeline's resize scale and crop."""
+    found = {}
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ('pad_size_divisor', 'size', 'crop_size', 'stride', 'scale') and not isinstance(value, dict):
+                    found[f'{path}.{key}'.lstrip('.')] = value
+                walk(value, f'{path}.{key}')
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f'{path}.{i}')
+    walk(cfg.to_dict(), '')
+    return {k: v for k, v in found.items() if not k.startswith(('image_size_fields', 'model.rpn_head',
+                                                                 'model.roi_head', 'model.neck'))}
+
+
+@pytest.mark.parametrize('name', SIZED)
+def test_one_line_sets_the_image_size_and_all_that_follows_it(name):
+    """``--cfg-options image_size=S`` (and a child config's ``image_size``): every field derived from the size
+    follows it, by the rule of the config's family (detection: pad, resize and crop S; segmentation: crop S, resize
+    (4 S, S), sliding stride 2/3 S; the demo: resize S), and no field keeps the old size."""
+    from mmwf.configs import config_file, follow_image_size
+    cfg = Config.fromfile(str(config_file(name)))
+    cfg.merge_from_dict({'image_size': 96})
+    assert follow_image_size(cfg)
+    expected = {'det': {'pad_size_divisor': 96, 'scale': (96, 96), 'crop_size': (96, 96)},
+                'seg': {'size': (96, 96), 'crop_size': (96, 96), 'stride': (64, 64), 'scale': (384, 96)},
+                'seg-demo': {'size': (96, 96), 'crop_size': (96, 96), 'scale': (96, 96)}}[SIZED[name]]
+    fields = sized_fields(cfg)
+    assert len(fields) >= 5
+    for path, value in fields.items():
+        assert value == expected[path.rsplit('.', 1)[-1]], path
+    assert cfg.image_size == (96, 96)
+
+
+def test_a_two_line_child_config_is_a_small_recipe(tmp_path):
+    """``_base_`` and ``image_size``: what mmwf's tools load is the paper's config at that size."""
+    from mmwf.configs import config_file, follow_image_size
+    child = tmp_path / 'small.py'
+    child.write_text(f"_base_ = '{config_file('upernet_wf_t_ade20k')}'\nimage_size = (256, 256)\n")
+    cfg = Config.fromfile(str(child))
+    follow_image_size(cfg)
+    reference = Config.fromfile(str(config_file('upernet_wf_t_ade20k')))
+    reference.merge_from_dict({'image_size': 256})
+    follow_image_size(reference)
+    assert cfg.to_dict() == reference.to_dict()
+    assert cfg.model.test_cfg.stride == (170, 170) and cfg.train_dataloader.dataset.pipeline[2].scale == (1024, 256)

@@ -1,0 +1,115 @@
+"""The documentation's examples: every code block of docs/ is either run here as it stands or names what it needs
+that a test machine does not have (a dataset, GPUs, a download, a trained checkpoint) and the test that runs the
+same path at a small size; a new block fails until it is one or the other."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mmengine.config import Config
+
+ROOT = Path(__file__).resolve().parents[1]
+NEEDS_COCO = 'COCO (the demo data stands in: tests/tools/test_train_tools.py)'
+# (page, the block's first line) -> 'run' or what it needs and where its path is tested small
+EXAMPLES = {
+    ('benchmarks.md', 'python tools/analysis/benchmark.py workload'): 'minutes of CPU (tests/analysis)',
+    ('get_started.md', 'make demo'): 'the whole set-up and suite (CI runs it)',
+    ('get_started.md', 'pip install --no-build-isolation .'): 'a pip install (tests/test_config_export.py builds '
+                                                                'and installs the wheel, then trains with its tools)',
+    ('gpu.md', 'bash tools/cuda_check.sh'): 'a GPU (tests/tools/test_cuda_check.py runs the dry run)',
+    ('guides/coco_ade20k.md', 'bash tools/dist_train.sh'): f'GPUs and {NEEDS_COCO}',
+    ('guides/deployment.md', 'python tools/deployment/pytorch2onnx.py configs/imagenet'): 'a trained checkpoint '
+                                                                                        '(tests/deployment)',
+    ('guides/deployment.md', 'python tools/deployment/pytorch2onnx.py configs/cascade'): 'a trained checkpoint '
+                                                                                       '(tests/deployment)',
+    ('guides/deployment.md', 'from mmwf.deployment import DetectorSession'): 'an exported graph (tests/deployment)',
+    ('guides/distributed.md', 'bash tools/dist_train.sh'): 'GPUs or nodes (tests/engine: gloo processes)',
+    ('guides/frontends.md', 'import mmwf, timm'): 'the hub (tests/models/frontends: an offline hub cache)',
+    ('guides/frontends.md', 'import mmwf.model_hub'): 'the hub (tests/test_model_hub.py: an offline cache)',
+    ('guides/generation.md', 'from diffusers import'): 'a trained model and the VAE (tests/models/diffusion)',
+    ('guides/generation.md', 'huggingface-cli download'): 'ImageNet and downloads '
+                                                          '(tests/tools/test_generation_tools.py)',
+    ('guides/generation.md', "# pytorch-fid's port"): 'downloads (tests/tools/test_generation_tools.py)',
+    ('guides/imagenet.md', 'python tools/test.py'): 'ImageNet (tests/configs/test_imagenet_configs.py)',
+    ('guides/linear_attention_vits.md', "_base_ = './my_mask_rcnn_deit_b_relu.py'"): 'a config of the reader\'s '
+                                                                                  '(tests/configs/test_configs.py)',
+    ('guides/your_project.md', 'python -m mmwf.configs --list'): 'run',
+    ('guides/your_project.md', '# configs/my_det.py'): 'run',
+    ('guides/your_project.md', 'python tools/train.py configs/cascade_wf_t_coco.py'): NEEDS_COCO,
+    ('guides/your_project.md', '# configs/small.py'): 'run',
+    ('guides/your_project.md', 'from mmdet.apis import DetInferencer'): 'run',
+    ('guides/your_project.md', "custom_imports = dict(imports=['mmwf']"): 'run',
+}
+
+
+def blocks() -> list[tuple[str, str, str]]:
+    """(page, language, text) of every fenced code block of the documentation's pages."""
+    found = []
+    for page in sorted((ROOT / 'docs').rglob('*.md')):
+        for language, text in re.findall(r'^```(\w+)\n(.*?)^```', page.read_text(), flags=re.S | re.M):
+            found.append((str(page.relative_to(ROOT / 'docs')), language, text))
+    return found
+
+
+def test_every_example_is_run_or_says_what_it_needs():
+    keys = [(page, next((k for p, k in EXAMPLES if p == page and text.startswith(k)), None)) for page, _, text in
+            blocks()]
+    assert [key for key in keys if key[1] is None] == []
+    assert set(keys) == set(EXAMPLES)
+
+
+def block(page: str, first: str) -> str:
+    return next(text for p, _, text in blocks() if p == page and text.startswith(first))
+
+
+def test_the_config_examples_of_your_project_run(tmp_path):
+    """The guide's commands and configs as written, in a project folder: the export, then each config read by
+    mmengine and loaded as mmwf's tools load it (the small recipe at its size; the config with our modules built)."""
+    env = dict(os.environ, PATH=f'{Path(sys.executable).parent}{os.pathsep}{os.environ["PATH"]}')
+    for line in block('guides/your_project.md', 'python -m mmwf.configs --list').splitlines():
+        res = subprocess.run(['bash', '-c', line], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr[-2000:]
+    from mmwf.configs import follow_image_size
+    for first, name in (('# configs/my_det.py', 'my_det.py'), ('# configs/small.py', 'small.py')):
+        (tmp_path / 'configs' / name).write_text(block('guides/your_project.md', first))
+    det = Config.fromfile(str(tmp_path / 'configs/my_det.py'))
+    assert det.train_dataloader.dataset.metainfo.classes == ('circle', 'square', 'triangle')
+    assert [h.num_classes for h in det.model.roi_head.bbox_head] == [3, 3, 3]
+    small = Config.fromfile(str(tmp_path / 'configs/small.py'))
+    follow_image_size(small)
+    assert small.model.data_preprocessor.pad_size_divisor == 256
+    assert small.train_dataloader.dataset.pipeline[4].crop_size == (256, 256)
+
+
+@pytest.mark.parametrize('first', ["custom_imports = dict(imports=['mmwf']"])
+def test_a_config_with_our_modules_builds(first, tmp_path):
+    """The guide's fragment, as a project's config with mmdet's default scope: our modules build by their names."""
+    (tmp_path / 'fragment.py').write_text(block('guides/your_project.md', first))
+    cfg = Config.fromfile(str(tmp_path / 'fragment.py'))
+    from mmdet.registry import MODELS
+    backbone = MODELS.build(dict(cfg.model.backbone, init_cfg=None))
+    neck = MODELS.build(cfg.model.neck)
+    assert type(backbone).__name__ == 'WeightFormer' and type(neck).__name__ == 'SimpleFeaturePyramid'
+    assert cfg.optim_wrapper.constructor == 'LayerDecayOptimWrapperConstructor'
+
+
+@pytest.mark.slow
+def test_the_inferencer_example_runs_on_our_config(demo_data, tmp_path):
+    """mmdet's DetInferencer on the paper's Cascade config and a checkpoint of it (random weights here), the guide's
+    lines as written in a project folder: it draws the image."""
+    import torch
+
+    from mmwf.configs import build_task_model, task_model_config
+    (tmp_path / 'configs').symlink_to(ROOT / 'configs')
+    _, model_cfg = task_model_config(str(ROOT / 'configs/cascade_wf_t_coco.py'))
+    weights = tmp_path / 'work_dirs/cascade_wf_t_coco/iter_184375.pth'
+    weights.parent.mkdir(parents=True)
+    torch.save({'state_dict': build_task_model('mmdet', model_cfg).state_dict(), 'meta': {}}, weights)
+    (tmp_path / 'demo.jpg').symlink_to(next((demo_data / 'coco' / 'val').glob('*.jpg')))
+    code = block('guides/your_project.md', 'from mmdet.apis import DetInferencer')
+    res = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True,
+                         text=True, env=dict(os.environ, OMP_NUM_THREADS='1'), timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (tmp_path / 'outputs/vis/demo.jpg').stat().st_size > 1000
