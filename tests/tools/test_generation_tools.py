@@ -84,6 +84,7 @@ def test_latent_cache_holds_samples_of_each_image_and_its_flip(workspace):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group('generation-fid')  # the longest test: free to run beside the file's others
 def test_train_then_fid_with_test_py_and_the_same_samples_through_sample_py(workspace, tmp_path):
     """Train, test (FID / IS) with one process and with two, sample with one process and with two: the same seven
     samples everywhere (each drawn from its index), so the same FID, and the same .npz; a sampling run started

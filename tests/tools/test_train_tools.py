@@ -41,6 +41,7 @@ def run(cmd, **kwargs):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group('demo-end-to-end')  # only the session's demo data is shared: a worker of its own
 def test_demo_end_to_end_short_schedule(demo_data, tmp_path):
     common = [sys.executable, 'tools/demo.py', '--data-root', str(demo_data), '--work-dir', str(tmp_path),
               '--max-iters', '3']
@@ -123,6 +124,7 @@ def lr_by_iter(work_dir: Path) -> dict[int, float]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group('resume-after-kill')  # only the session's demo data is shared: a worker of its own
 def test_killed_training_resumes_from_its_last_checkpoint(demo_data, tmp_path):
     """SIGKILL a demo training after its first checkpoint; --resume continues from that iteration to the end with
     the optimizer and the lr schedule restored (the lr of every resumed iteration equals an uninterrupted run's)."""
@@ -181,6 +183,7 @@ def test_generation_demo_short_schedule(demo_data, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group('classification-demos')  # only the session's demo data is shared: a worker of its own
 def test_classification_demos_short_schedule(demo_data, tmp_path):
     """tools/demo.py --tasks cls distill-cls: WeightFormer-T and a distilled DeiT-T ReLU student on the ImageNet-style
     folder, trained and tested by tools/train.py / tools/test.py through mmpretrain."""
