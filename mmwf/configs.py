@@ -69,22 +69,19 @@ def paper_counts(name: str) -> dict[str, float]:
     return {k.removeprefix('Paper '): v for k, v in meta.items() if k.startswith('Paper ') and k != 'Paper Differences'}
 
 
-def _field_targets(node, keys: list[str], path: str) -> list[tuple[dict | list, str | int]]:
+def _field_targets(node, keys: list[str]) -> list[tuple[dict | list, str | int]]:
     """(container, key) of every place ``keys`` reach from ``node``: a key ``name[Type]`` is the list under ``name``
-    narrowed to its dicts of that ``type`` (a pipeline's transforms)."""
-    if not keys:
-        return []
+    narrowed to its dicts of that ``type`` (a pipeline's transforms); a key the node lacks reaches nothing (a child
+    config without the field, e.g. a whole-image test instead of a sliding one)."""
     key, rest = keys[0], keys[1:]
     name, _, type_ = key.partition('[')
-    if type_:
-        items = node.get(name) if hasattr(node, 'keys') else None
-        if not isinstance(items, list):
-            return []
-        found = [t for t in items if isinstance(t, dict) and t.get('type') == type_.rstrip(']')]
-        return [hit for t in found for hit in (_field_targets(t, rest, f'{path}.{key}') if rest else [])]
     if not hasattr(node, 'keys') or name not in node:
-        return []  # a child config without the field (e.g. a whole-image test instead of a sliding one)
-    return _field_targets(node[name], rest, f'{path}.{name}') if rest else [(node, name)]
+        return []
+    if not type_:
+        return _field_targets(node[name], rest) if rest else [(node, name)]
+    items = node[name] if isinstance(node[name], list) else []
+    found = [t for t in items if isinstance(t, dict) and t.get('type') == type_.rstrip(']')]
+    return [hit for t in found for hit in (_field_targets(t, rest) if rest else [])]
 
 
 def follow_image_size(cfg: Config) -> list[str]:
@@ -109,7 +106,7 @@ def follow_image_size(cfg: Config) -> list[str]:
         return []
     changed = []
     for path, factors in declared['fields'].items():
-        targets = _field_targets(cfg, path.split('.'), '')
+        targets = _field_targets(cfg, path.split('.'))
         for container, key in targets:
             container[key] = (int(factors * size[0]) if isinstance(factors, (int, float)) else
                               tuple(int(f * v) for f, v in zip(factors, size)))
