@@ -28,7 +28,8 @@ EXAMPLES = {
     ('guides/distributed.md', 'bash tools/dist_train.sh'): 'GPUs or nodes (tests/engine: gloo processes)',
     ('guides/frontends.md', 'import mmwf, timm'): 'the hub (tests/models/frontends: an offline hub cache)',
     ('guides/frontends.md', 'import mmwf.model_hub'): 'the hub (tests/test_model_hub.py: an offline cache)',
-    ('guides/generation.md', 'from diffusers import'): 'a trained model and the VAE (tests/models/diffusion)',
+    ('guides/generation.md', 'from diffusers import'): 'run (tests/models/diffusion/test_diffusers.py)',
+    ('guides/generation.md', 'import mmwf\nfrom diffusers'): 'run (tests/models/diffusion/test_diffusers.py)',
     ('guides/generation.md', 'huggingface-cli download'): 'ImageNet and downloads '
                                                           '(tests/tools/test_generation_tools.py)',
     ('guides/generation.md', "# pytorch-fid's port"): 'downloads (tests/tools/test_generation_tools.py)',

@@ -7,6 +7,7 @@ import torch
 from mmwf.models.diffusion import LatentDiffusion, space_timesteps
 from tests.reference import randomised
 from tests.tolerance import assert_same_computation
+from tests.tool_runner import run_tool
 
 IDDPM = dict(type='DDPMScheduler', variance_type='learned_range', clip_sample=False)
 
@@ -155,3 +156,32 @@ def test_from_pretrained_is_strict(tmp_path):
         MMWFTransformer2DModel.from_pretrained(tmp_path / 'bad')
     loaded = MMWFTransformer2DModel.from_pretrained(tmp_path / 'bad', strict=False)
     assert torch.equal(loaded.denoiser.x_embedder.proj.weight, model.denoiser.x_embedder.proj.weight)
+
+
+def test_the_guides_pipeline_is_saved_and_loads_in_a_fresh_process_after_import_mmwf(vae_dir, tmp_path, monkeypatch):
+    """The generation guide's two blocks as written, at a small size: a trained model's denoiser in DiTPipeline,
+    sampled and saved; then, in a fresh process, ``import mmwf`` (which does not import diffusers) is all that
+    DiTPipeline.from_pretrained needs (diffusers resolves a component's module only if the process imported it), and
+    the pipeline read back draws the images the saved one draws."""
+    import shutil
+
+    from tests.test_docs import block
+    model = LatentDiffusion(small(input_size=4, in_channels=4, num_classes=1000), vae_path=str(vae_dir))
+    randomised(model.denoiser, 0.05, around_init=True, seed=1)
+    shutil.copytree(vae_dir, tmp_path / 'checkpoints/sd-vae-ft-ema')
+    monkeypatch.chdir(tmp_path)
+    saved = dict(model=model)
+    exec(block('guides/generation.md', 'from diffusers import'), saved)
+    assert [image.size for image in saved['images']] == [(32, 32)] * 2
+    draw = ("pipe.set_progress_bar_config(disable=True)\n"
+            "images = pipe(class_labels=[3, 999], guidance_scale=1.0, num_inference_steps=4, output_type='pt', "
+            "generator=[torch.Generator().manual_seed(s) for s in (0, 1)]).images")
+    run_tool('-c', '\n'.join([
+        block('guides/generation.md', 'import mmwf\nfrom diffusers import DiTPipeline'), 'import sys, torch',
+        "assert type(pipe.transformer).__name__ == 'MMWFTransformer2DModel'", draw,
+        "torch.save(images, 'images.pt')"]).replace('import mmwf\n', "import mmwf, sys\nassert 'diffusers' not in "
+                                                                   "sys.modules\n", 1), cwd=tmp_path)
+    drawn = dict(pipe=saved['pipe'], torch=torch)
+    exec(draw, drawn)
+    assert drawn['images'].std() > 1e-3
+    assert_same_computation(torch.load(tmp_path / 'images.pt'), drawn['images'])
