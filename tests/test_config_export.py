@@ -71,7 +71,8 @@ param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=False, begin=0, 
 """
 
 SEG = """_base_ = './upernet_wf_t_demo.py'
-# our own task: four classes, trained from scratch, one iteration (Table 5's model at 128 x 128)
+# our own task: four classes, trained from scratch, one iteration (Table 5's model at 96 x 96)
+image_size = (96, 96)
 data_root = '{data}/ade'
 metainfo = dict(classes=('background', 'circle', 'square', 'triangle'),
                 palette=[[120, 120, 120], [220, 20, 60], [0, 130, 200], [255, 200, 0]])
@@ -110,8 +111,15 @@ def test_a_project_of_its_own_inherits_exported_configs_and_trains(demo_data, tm
     for scope, config in (('mmdet', 'my_det'), ('mmseg', 'my_seg')):
         module = __import__(scope)
         train = Path(module.__file__).parent / '.mim/tools/train.py'
-        log = run(str(train), f'configs/{config}.py', '--work-dir', f'work_dirs/{config}')
+        # a smaller size, by option (detection) or in the child config (segmentation): mmdet's and mmseg's tools
+        # build the runner the configs name, which applies it to every field that follows it
+        options = ['--cfg-options', 'image_size=96'] if scope == 'mmdet' else []
+        log = run(str(train), f'configs/{config}.py', '--work-dir', f'work_dirs/{config}', *options)
         assert 'Saving checkpoint at 1 iterations' in log
+        ran = Config.fromfile(str(project / f'work_dirs/{config}/{config}.py'))  # the config the run dumped
+        crops = [t.crop_size for t in ran.train_dataloader.dataset.pipeline if t.type == 'RandomCrop']
+        assert ran.image_size == (96, 96) and crops == [(96, 96)]
+        assert (ran.model.data_preprocessor.get('pad_size_divisor') or ran.model.data_preprocessor.size[0]) == 96
         cfg = Config.fromfile(str(project / f'configs/{config}.py'))
         heads = cfg.model.roi_head.bbox_head if scope == 'mmdet' else [cfg.model.decode_head]
         assert {h.num_classes for h in heads} == ({3} if scope == 'mmdet' else {4})

@@ -102,7 +102,9 @@ custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf l
 auto_scale_lr = dict(enable=False, base_batch_size=64)
 
 # What follows image_size (H, W) when a child config or `--cfg-options image_size=S` changes it: the factors of the
-# size each field holds (one factor: of H); mmwf's tools set them (mmwf.configs.follow_image_size)
+# size each field holds (one factor: of H); mmwf's tools set them, and the runner named here for another project's tools
+# (mmwf.configs.follow_image_size)
+runner_type = 'ImageSizeRunner'
 image_size_fields = dict(written_for=image_size, fields={
     'model.data_preprocessor.pad_size_divisor': 1,
     'train_pipeline[RandomResize].scale': (1, 1), 'train_pipeline[RandomCrop].crop_size': (1, 1),

@@ -54,7 +54,9 @@ custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf l
 
 # What follows image_size (H, W) when a child config or `--cfg-options image_size=S` changes it: the factors of the
 # size each field holds (mmseg's ADE20K pipeline resizes to 4 W x H before the crop; the sliding test's stride is
-# 2/3 of the crop); mmwf's tools set them (mmwf.configs.follow_image_size)
+# 2/3 of the crop); mmwf's tools set them, and the runner named here for another project's tools
+# (mmwf.configs.follow_image_size)
+runner_type = 'ImageSizeRunner'
 image_size_fields = dict(written_for=image_size, fields={
     'crop_size': (1, 1), 'model.data_preprocessor.size': (1, 1), 'model.test_cfg.crop_size': (1, 1),
     'model.test_cfg.stride': (2 / 3, 2 / 3),

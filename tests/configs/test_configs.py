@@ -1,6 +1,7 @@
 """Every config builds; each real config runs one training and one test iteration on tiny inputs;
 parameter and FLOP counts and the recipe settings match the dense-prediction protocol (docs/protocol.md)."""
 import json
+import re
 from glob import glob
 from importlib import import_module
 from pathlib import Path
@@ -14,6 +15,7 @@ from mmengine.registry import init_default_scope
 from mmengine.structures import PixelData
 
 import mmwf  # noqa: F401
+from mmwf.configs import follow_image_size
 from mmwf.utils import adapt_to_device
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,13 +34,25 @@ def task_model(cfg_or_model):
 
 
 def build(path, tiny=None):
+    """The config's model; ``tiny``: for images of that side (the config's own rule where it declares one, its
+    ``image_size``: else Cascade's 1024 pad would stay), with proposal and RoI counts to match (a detector keeps its
+    thousands of proposals and 512 RoIs a stage, which cost the CPU seconds and test nothing more)."""
     cfg = Config.fromfile(path)
     adapt_to_device(cfg)  # CPU: AMP -> fp32, SyncBN -> BN
+    if tiny and cfg.get('image_size_fields'):
+        cfg.image_size = tiny
+        follow_image_size(cfg)
     if tiny:
         task = task_model(cfg.model)
         if cfg.default_scope == 'mmdet':
             if task.data_preprocessor.get('batch_augments'):
                 task.data_preprocessor.batch_augments[0].size = (tiny, tiny)
+            task.train_cfg.rpn_proposal.update(nms_pre=200, max_per_img=100)
+            rcnn = task.train_cfg.rcnn
+            for stage in rcnn if isinstance(rcnn, list) else [rcnn]:
+                stage.sampler.num = 64
+            task.test_cfg.rpn.update(nms_pre=200, max_per_img=100)
+            task.test_cfg.rcnn.max_per_img = 20
         else:
             task.data_preprocessor.size = (tiny, tiny)
             task.test_cfg = dict(mode='slide', crop_size=(tiny, tiny), stride=(tiny * 2 // 3,) * 2)
@@ -72,7 +86,12 @@ def test_every_config_runs_with_mmwfs_hooks_under_any_runner(path):
     cfg = Config.fromfile(path)
     mmwf_hooks = Config.fromfile(str(ROOT / 'configs/_base_/mmwf_runtime.py')).mmwf_hooks
     assert all(cfg.default_hooks.get(name) == hook for name, hook in mmwf_hooks.items()), cfg.default_hooks
-    assert cfg.get('runner_type') in (None, 'FlexibleRunner')  # mmengine's runners only (FSDP: FlexibleRunner)
+    # mmengine's runners (FSDP: FlexibleRunner); where the image size has fields that follow it, mmengine's Runner
+    # that first applies it (for other projects' tools; the refusal of an unfollowed size is a hook, as the checks)
+    if cfg.get('image_size_fields'):
+        assert cfg.runner_type == 'ImageSizeRunner'
+    else:
+        assert cfg.get('runner_type') in (None, 'FlexibleRunner')
     # the several-GPU recipe of its reference (docs/protocol.md): per-rank seed, TF32 switch, reference batch
     assert {cfg.default_hooks.world_size.type, cfg.default_hooks.tf32.type} == {'WorldSizeHook', 'TF32Hook'}
     assert cfg.auto_scale_lr.base_batch_size > 0 and not cfg.get('randomness', {}).get('diff_rank_seed')
@@ -396,7 +415,7 @@ def test_one_line_sets_the_image_size_and_all_that_follows_it(name):
     """``--cfg-options image_size=S`` (and a child config's ``image_size``): every field derived from the size
     follows it, by the rule of the config's family (detection: pad, resize and crop S; segmentation: crop S, resize
     (4 S, S), sliding stride 2/3 S; the demo: resize S), and no field keeps the old size."""
-    from mmwf.configs import config_file, follow_image_size
+    from mmwf.configs import config_file
     cfg = Config.fromfile(str(config_file(name)))
     cfg.merge_from_dict({'image_size': 96})
     assert follow_image_size(cfg)
@@ -412,7 +431,7 @@ def test_one_line_sets_the_image_size_and_all_that_follows_it(name):
 
 def test_a_two_line_child_config_is_a_small_recipe(tmp_path):
     """``_base_`` and ``image_size``: what mmwf's tools load is the paper's config at that size."""
-    from mmwf.configs import config_file, follow_image_size
+    from mmwf.configs import config_file
     child = tmp_path / 'small.py'
     child.write_text(f"_base_ = '{config_file('upernet_wf_t_ade20k')}'\nimage_size = (256, 256)\n")
     cfg = Config.fromfile(str(child))
@@ -422,3 +441,24 @@ def test_a_two_line_child_config_is_a_small_recipe(tmp_path):
     follow_image_size(reference)
     assert cfg.to_dict() == reference.to_dict()
     assert cfg.model.test_cfg.stride == (170, 170) and cfg.train_dataloader.dataset.pipeline[2].scale == (1024, 256)
+
+
+@pytest.mark.parametrize('name', SIZED)
+def test_a_size_no_tool_followed_is_refused_before_the_first_batch(name):
+    """Every family names the runner that follows the size for another project's tools; a tool that neither follows
+    it nor builds that runner (a config naming FlexibleRunner, run by mmdet's train.py) is stopped by the runtime
+    hook every config has, naming the fix, before its run trains at the old size."""
+    from types import SimpleNamespace
+
+    from mmwf.configs import config_file
+    from mmwf.engine.hooks import DatasetCheckHook
+    cfg = Config.fromfile(str(config_file(name)))
+    assert cfg.runner_type == 'ImageSizeRunner' and cfg.default_hooks.dataset_check.type == 'DatasetCheckHook'
+    cfg.merge_from_dict({'image_size': 96})
+    written = tuple(cfg.image_size_fields.written_for)
+    with pytest.raises(ValueError, match=re.escape(f"image_size=(96, 96), but the crops, pads and test scales of "
+                                                   f"image_size_fields still hold {written}")):
+        DatasetCheckHook().before_run(SimpleNamespace(cfg=cfg))
+    follow_image_size(cfg)
+    with pytest.raises(AttributeError, match="'model'"):  # past the size check: the stand-in runner has no model
+        DatasetCheckHook().before_run(SimpleNamespace(cfg=cfg))

@@ -62,7 +62,7 @@ def dense(path: str, size: int):
 
 # config -> (builder, input size, bounds on the loss's and the gradients' relative error in bf16 unit roundoffs u):
 # about four times the errors measured here (loss under 0.5 u everywhere; gradients 2.4 u ImageNet, 0.8 u WF-DiT,
-# 25 u Cascade and 43 u UperNet, whose heads' BatchNorm at random init normalises channels of small variance and so
+# 24 u Cascade and 43 u UperNet, whose heads' BatchNorm at random init normalises channels of small variance and so
 # magnifies the rounding), and no bound under the backbones' (tests/mixed_precision.py)
 FAMILIES = {
     'imagenet/weightformer_t_in1k': (classifier, 64, 12, 12),

@@ -4,6 +4,7 @@ from __future__ import annotations
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 
+from mmwf.configs import unfollowed_image_size
 from mmwf.datasets.checks import REMAP_KEY, check_classes, configure_annotation_checks
 from mmwf.registry import HOOKS
 
@@ -18,11 +19,16 @@ class DatasetCheckHook(Hook):
     remapping logged), and every ``LoadAnnotations`` of their pipelines is followed by a
     :class:`~mmwf.datasets.CheckAnnotations` step with the dataset's class count and the decode head's ignore index,
     before any loader worker starts (mmdet's ``NumClassCheckHook`` is the pattern). The test set meets the classes
-    the model was trained on through the checkpoint's record of them (:class:`StrictLoadHook`)."""
+    the model was trained on through the checkpoint's record of them (:class:`StrictLoadHook`). First, a config's
+    changed ``image_size`` must have reached the fields that follow it (:func:`mmwf.configs.unfollowed_image_size`):
+    built from stale crops and pads, the run would train at the old size."""
 
     priority = 'VERY_HIGH'
 
     def before_run(self, runner) -> None:
+        problem = unfollowed_image_size(runner.cfg)
+        if problem is not None:
+            raise ValueError(problem)
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         splits = built_datasets(runner)
         remap = bool(runner.cfg.get(REMAP_KEY, False))

@@ -1,0 +1,28 @@
+"""The runner the dense configs name, so that another project's tools run them as mmwf's tools do."""
+from __future__ import annotations
+
+import copy
+
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+from mmwf.configs import follow_image_size
+from mmwf.registry import RUNNERS
+
+
+@RUNNERS.register_module()
+class ImageSizeRunner(Runner):
+    """mmengine's ``Runner`` that first sets what follows the config's ``image_size``
+    (:func:`mmwf.configs.follow_image_size`). mmengine resolves a config's variables when it reads the file, so a child
+    config's or ``--cfg-options``' ``image_size`` reaches the crops, pads and test scales only through that call:
+    mmwf's tools make it when they load a config; mmdet's and mmpretrain's ``tools/train.py`` and ``tools/test.py``
+    and mmseg's ``tools/train.py`` build the ``runner_type`` a config names, and the dense configs name this one. A
+    run whose fields did not follow its size (mmseg's ``tools/test.py``, which builds mmengine's ``Runner``; a config
+    naming ``FlexibleRunner``) is refused before the first batch (:class:`~mmwf.engine.hooks.DatasetCheckHook`)."""
+
+    @classmethod
+    def from_cfg(cls, cfg: Config) -> Runner:
+        """Build the runner of ``cfg`` (a copy) with its image size followed."""
+        cfg = copy.deepcopy(cfg)
+        follow_image_size(cfg)
+        return super().from_cfg(cfg)
