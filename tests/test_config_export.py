@@ -155,7 +155,7 @@ def test_an_installed_wheel_carries_and_exports_the_configs(demo_data, tmp_path)
     (tmp_path / 'data' / 'demo').symlink_to(demo_data)
     config = packaged / 'configs/demo/upernet_wf_t_demo.py'
     res = subprocess.run([sys.executable, str(tools / 'train.py'), str(config), '--work-dir', str(work),
-                          '--cfg-options', 'train_cfg.max_iters=1', 'train_cfg.val_interval=1',
+                          '--cfg-options', 'train_cfg.max_iters=1', 'train_cfg.val_begin=2',
                           'default_hooks.checkpoint.interval=1', 'train_dataloader.batch_size=2'],
                          cwd=tmp_path, env=dict(env, OMP_NUM_THREADS='1'), capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -97,20 +97,24 @@ def test_a_config_with_our_modules_builds(first, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_inferencer_example_runs_on_our_config(demo_data, tmp_path):
-    """mmdet's DetInferencer on the paper's Cascade config and a checkpoint of it (random weights here), the guide's
-    lines as written in a project folder: it draws the image."""
+def test_the_inferencer_example_runs_on_our_configs(demo_data, tmp_path):
+    """mmdet's DetInferencer and mmseg's MMSegInferencer on the demo configs and checkpoints of them (random weights
+    here) and the demo's data, the guide's lines as written in a project folder: each draws its image."""
     import torch
 
     from mmwf.configs import build_task_model, task_model_config
     (tmp_path / 'configs').symlink_to(ROOT / 'configs')
-    _, model_cfg = task_model_config(str(ROOT / 'configs/cascade_wf_t_coco.py'))
-    weights = tmp_path / 'work_dirs/cascade_wf_t_coco/iter_184375.pth'
-    weights.parent.mkdir(parents=True)
-    torch.save({'state_dict': build_task_model('mmdet', model_cfg).state_dict(), 'meta': {}}, weights)
-    (tmp_path / 'demo.jpg').symlink_to(next((demo_data / 'coco' / 'val').glob('*.jpg')))
+    (tmp_path / 'data').mkdir()
+    (tmp_path / 'data' / 'demo').symlink_to(demo_data)
+    for name, scope, iters in (('cascade_wf_t_demo', 'mmdet', 450), ('upernet_wf_t_demo', 'mmseg', 600)):
+        _, model_cfg = task_model_config(str(ROOT / f'configs/demo/{name}.py'))
+        weights = tmp_path / f'work_dirs/{name}/iter_{iters}.pth'
+        weights.parent.mkdir(parents=True)
+        torch.save({'state_dict': build_task_model(scope, model_cfg).state_dict(), 'meta': {}}, weights)
     code = block('guides/your_project.md', 'from mmdet.apis import DetInferencer')
     res = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True,
                          text=True, env=dict(os.environ, OMP_NUM_THREADS='1'), timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert (tmp_path / 'outputs/vis/demo.jpg').stat().st_size > 1000
+    for task in ('det', 'seg'):
+        drawn = tmp_path / f'outputs/{task}/vis/00000.jpg'
+        assert drawn.stat().st_size > 1000, task

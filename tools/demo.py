@@ -132,6 +132,8 @@ def main() -> None:
                         help='demo data size when it has to be generated')
     args = parser.parse_args()
 
+    from mmengine.config import Config
+
     from mmwf.datasets import generate
     from mmwf.datasets.synthetic import GENERATION_LAYOUT, stale_generation_folder
     from mmwf.demo import write_softmax_stand_in
@@ -168,9 +170,10 @@ def main() -> None:
             options += [f'val_evaluator.ann_file={root}annotations/instances_val.json',
                         f'test_evaluator.ann_file={root}annotations/instances_val.json']
         if args.max_iters:
-            options += [f'train_cfg.max_iters={args.max_iters}', f'train_cfg.val_interval={args.max_iters}',
-                        f'default_hooks.checkpoint.interval={args.max_iters}']
-        options += args.cfg_options
+            options += [f'train_cfg.max_iters={args.max_iters}', f'default_hooks.checkpoint.interval={args.max_iters}']
+        # the test run below evaluates the validation images: the training's own validation at its end would repeat it
+        last = args.max_iters or Config.fromfile(osp.join(ROOT, config)).train_cfg.max_iters
+        options += [f'train_cfg.val_begin={last + 1}', *args.cfg_options]
         start = time.time()
         print(f'[{task}] training {config} (log: {work_dir}/train.log)', flush=True)
         os.makedirs(work_dir, exist_ok=True)
