@@ -15,7 +15,7 @@ import difflib
 from pathlib import Path
 
 import torch.nn as nn
-from mmengine.config import Config
+from mmengine.config import Config, ConfigDict
 
 CONFIG_ROOT = Path(__file__).resolve().parent / '.mim' / 'configs'
 MODEL_INDEX = CONFIG_ROOT.parent / 'model-index.yml'
@@ -84,7 +84,7 @@ def _field_targets(node, keys: list[str]) -> list[tuple[dict | list, str | int]]
     return [hit for t in found for hit in (_field_targets(t, rest) if rest else [])]
 
 
-def _image_size(cfg: Config) -> tuple[int, int] | None:
+def _image_size(cfg: Config | ConfigDict) -> tuple[int, int] | None:
     size = cfg.get('image_size')
     if size is None:
         return None
@@ -94,7 +94,7 @@ def _image_size(cfg: Config) -> tuple[int, int] | None:
     return size
 
 
-def unfollowed_image_size(cfg: Config) -> str | None:
+def unfollowed_image_size(cfg: Config | ConfigDict) -> str | None:
     """What is wrong with a config whose ``image_size`` is not the size its declared fields hold (the tool that read
     it did not call :func:`follow_image_size` after a child config or an option changed the size), else None."""
     declared, size = cfg.get('image_size_fields'), _image_size(cfg)
@@ -108,7 +108,7 @@ def unfollowed_image_size(cfg: Config) -> str | None:
             'mmwf.configs.follow_image_size(cfg) before building the runner.')
 
 
-def follow_image_size(cfg: Config) -> list[str]:
+def follow_image_size(cfg: Config | ConfigDict) -> list[str]:
     """Set what depends on the image size from ``cfg.image_size`` where a child config or ``--cfg-options
     image_size=S`` changed it (mmengine resolves a config's variables when it reads the file, so its crops, pads and
     test scales keep the size they were written with). A config declares them in ``image_size_fields``:

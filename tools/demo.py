@@ -171,9 +171,11 @@ def main() -> None:
                         f'test_evaluator.ann_file={root}annotations/instances_val.json']
         if args.max_iters:
             options += [f'train_cfg.max_iters={args.max_iters}', f'default_hooks.checkpoint.interval={args.max_iters}']
+        options += args.cfg_options
         # the test run below evaluates the validation images: the training's own validation at its end would repeat it
-        last = args.max_iters or Config.fromfile(osp.join(ROOT, config)).train_cfg.max_iters
-        options += [f'train_cfg.val_begin={last + 1}', *args.cfg_options]
+        given = dict(option.split('=', 1) for option in options)
+        last = int(given.get('train_cfg.max_iters') or Config.fromfile(osp.join(ROOT, config)).train_cfg.max_iters)
+        options.append(f'train_cfg.val_begin={last + 1}')
         start = time.time()
         print(f'[{task}] training {config} (log: {work_dir}/train.log)', flush=True)
         os.makedirs(work_dir, exist_ok=True)

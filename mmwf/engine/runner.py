@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import copy
 
-from mmengine.config import Config
+from mmengine.config import Config, ConfigDict
 from mmengine.runner import Runner
 
 from mmwf.configs import follow_image_size
@@ -21,8 +21,8 @@ class ImageSizeRunner(Runner):
     naming ``FlexibleRunner``) is refused before the first batch (:class:`~mmwf.engine.hooks.DatasetCheckHook`)."""
 
     @classmethod
-    def from_cfg(cls, cfg: Config) -> Runner:
+    def from_cfg(cls, cfg: Config | ConfigDict | dict) -> Runner:
         """Build the runner of ``cfg`` (a copy) with its image size followed."""
-        cfg = copy.deepcopy(cfg)
+        cfg = copy.deepcopy(cfg) if isinstance(cfg, Config) else ConfigDict(copy.deepcopy(cfg))
         follow_image_size(cfg)
         return super().from_cfg(cfg)
