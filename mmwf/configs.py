@@ -84,27 +84,29 @@ def _field_targets(node, keys: list[str]) -> list[tuple[dict | list, str | int]]
     return [hit for t in found for hit in (_field_targets(t, rest) if rest else [])]
 
 
-def _image_size(cfg: Config | ConfigDict) -> tuple[int, int] | None:
+def _changed_size(cfg: Config | ConfigDict) -> tuple[int, int] | None:
+    """``cfg.image_size`` as (H, W) where it is not the size the declared ``image_size_fields`` hold, else None."""
     size = cfg.get('image_size')
     if size is None:
         return None
     size = (size, size) if isinstance(size, int) else tuple(size)
     if len(size) != 2 or not all(isinstance(v, int) and v > 0 for v in size):
         raise ValueError(f'image_size={cfg.image_size!r}: give H, W (positive ints) or one int for a square')
-    return size
+    declared = cfg.get('image_size_fields')
+    return None if declared is None or size == tuple(declared['written_for']) else size
 
 
 def unfollowed_image_size(cfg: Config | ConfigDict) -> str | None:
     """What is wrong with a config whose ``image_size`` is not the size its declared fields hold (the tool that read
     it did not call :func:`follow_image_size` after a child config or an option changed the size), else None."""
-    declared, size = cfg.get('image_size_fields'), _image_size(cfg)
-    if size is None or declared is None or size == tuple(declared['written_for']):
+    size = _changed_size(cfg)
+    if size is None:
         return None
     return (f'image_size={size}, but the crops, pads and test scales of image_size_fields still hold '
-            f'{tuple(declared["written_for"])}: the tool that read this config did not apply the new size (mmengine '
-            "resolves a config's variables when it reads the file). Run it with mmwf's tools, keep the config's "
-            "runner_type='ImageSizeRunner' for another project's tools that build it, give a tool that does not "
-            "(mmseg's test.py) the config a run wrote into its work folder, or call "
+            f'{tuple(cfg.image_size_fields.written_for)}: the tool that read this config did not apply the new size '
+            "(mmengine resolves a config's variables when it reads the file). Run it with mmwf's tools, keep the "
+            "config's runner_type='ImageSizeRunner' for another project's tools that build it, give a tool that does "
+            "not (mmseg's test.py) the config a run wrote into its work folder, or call "
             'mmwf.configs.follow_image_size(cfg) before building the runner.')
 
 
@@ -116,13 +118,11 @@ def follow_image_size(cfg: Config | ConfigDict) -> list[str]:
     transforms of that type) -> the factors of (H, W) its value is (an int factor: of H alone), e.g.
     ``'model.test_cfg.stride': (2 / 3, 2 / 3)``. Returns the paths it set; a config without the declaration is left
     as it is."""
-    declared, size = cfg.get('image_size_fields'), _image_size(cfg)
-    if size is None or declared is None:
-        return []
-    if size == tuple(declared['written_for']):
+    size = _changed_size(cfg)
+    if size is None:
         return []
     changed = []
-    for path, factors in declared['fields'].items():
+    for path, factors in cfg.image_size_fields['fields'].items():
         targets = _field_targets(cfg, path.split('.'))
         for container, key in targets:
             container[key] = (int(factors * size[0]) if isinstance(factors, (int, float)) else
