@@ -15,12 +15,14 @@ def feature_map(backbone: nn.Module, x: torch.Tensor, out_index: int = -1) -> to
 
 def effective_receptive_field(backbone: nn.Module, images: torch.Tensor, out_index: int = -1,
                               progress: bool = False) -> np.ndarray:
-    """Mean over images of sum_channels |d (sum_c F[c, h/2, w/2]) / d x|: (H, W), images (N, 3, H, W)."""
+    """Mean over images of sum_channels |d (sum_c ReLU(F[c, h/2, w/2])) / d x|: (H, W), images (N, 3, H, W). The
+    centre's ReLU is RepLKNet's (``get_input_grad``): over a final LayerNorm's channels F sums to zero whatever x is,
+    so without it the gradient is rounding noise. Its input gradient is taken whole (|.|), not its positive part."""
     total = torch.zeros(images.shape[-2:], dtype=torch.float64)
     for i, image in enumerate(images):
         x = image[None].clone().requires_grad_()
         feats = feature_map(backbone, x, out_index)
-        centre = feats[:, :, feats.shape[2] // 2, feats.shape[3] // 2].sum()
+        centre = torch.relu(feats[:, :, feats.shape[2] // 2, feats.shape[3] // 2]).sum()
         (grad,) = torch.autograd.grad(centre, x)
         total += grad[0].abs().sum(0).double().cpu()
         if progress:

@@ -1,10 +1,10 @@
 """The evaluations of a dynamic block's operations timed against each other on one device, beside the one the kernel
 table and the cost rule pick (``tools/analysis/benchmark.py kernels``): the per-sample depthwise conv
 (:func:`~mmwf.models.layers.dynamic_dwconv.per_sample_depthwise_conv`'s four), the adaptive pooling of its
-predictor (PyTorch's op or two averaging matrices) and the Bilateral dynamic linear's update (factored or
-materialized, each in the tokens' or the core's order: :func:`~mmwf.models.layers.dynamic_linear.weight_form`,
-whose per-element charge was measured on CPU cores). Each evaluation is called directly, so nothing global is
-changed to force one."""
+predictor (PyTorch's op, two averaging matrices or one product over the tokens) and the Bilateral dynamic linear's
+update (factored or materialized, each in the tokens' or the core's order:
+:func:`~mmwf.models.layers.dynamic_linear.weight_form`, whose per-element charge is the device's). Each evaluation
+is called directly, so nothing global is changed to force one."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -13,7 +13,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mmwf.models.layers.dynamic_dwconv import adaptive_pool_kernel, per_sample_depthwise_conv, pooling_matrices
+from mmwf.models.layers.dynamic_dwconv import (
+    adaptive_pool_kernel,
+    per_sample_depthwise_conv,
+    pool_tokens_adaptive,
+    pooling_matrices,
+)
 from mmwf.models.layers.dynamic_linear import weight_form
 from mmwf.models.layers.implementation import kernel
 from mmwf.models.layers.tokens import tokens_to_map
@@ -68,7 +73,7 @@ def kernel_cases(arch: str, size: int, batch: int, device: str, mode: str) -> li
     tokens = torch.randn(batch, hw[0] * hw[1], dwc.dim, device=device, requires_grad=training)
     x = tokens_to_map(tokens, hw)  # the channels-last view the layer convolves
     with torch.no_grad():
-        weight = dwc.w.squeeze(1) + dwc.normalise(dwc.delta(x))
+        weight = dwc.w.squeeze(1) + dwc.effective_delta(tokens, hw)
     weight.requires_grad_(training)
     leaves = [tokens, weight] if training else []
     device_type = torch.device(device)
@@ -78,7 +83,8 @@ def kernel_cases(arch: str, size: int, batch: int, device: str, mode: str) -> li
                   kernel('depthwise_conv', device_type, training))]
     k = dwc.kernel_size
     pool = {'native': timed(lambda: F.adaptive_avg_pool2d(x, k), [tokens] if training else [], training),
-            'matrices': timed(lambda: pooling_matrices(x, k), [tokens] if training else [], training)}
+            'matrices': timed(lambda: pooling_matrices(x, k), [tokens] if training else [], training),
+            'tokens': timed(lambda: pool_tokens_adaptive(tokens, hw, k), [tokens] if training else [], training)}
     with torch.set_grad_enabled(training):
         pool_rule = adaptive_pool_kernel(x)
     cases.append(Case(f'adaptive pooling to {k}x{k}', pool, pool_rule))
@@ -96,6 +102,7 @@ def kernel_cases(arch: str, size: int, batch: int, device: str, mode: str) -> li
                     return linear.apply_update(tokens, linear.product(a, b, order))
             update[f'{form} / {order}'] = timed(fn, leaves, training)
     costs = linear.costs(a.shape[1], tokens.shape[1])
-    form, order = weight_form(costs, linear.order, linear.in_features * linear.out_features, training, linear.form)
+    form, order = weight_form(costs, linear.order, linear.in_features * linear.out_features, training, linear.form,
+                              device_type.type)
     cases.append(Case(f'Bilateral update, {linear.in_features}->{linear.out_features}', update, f'{form} / {order}'))
     return cases

@@ -2,9 +2,13 @@
 (eqs. 10-13).
 
 Every layer maps tokens x (B, H*W, C) on an H x W grid to (B, H*W, C) with a per-sample depthwise K x K
-kernel (padding K // 2). Static kernel ``w`` (C, 1, K, K) and bias ``b`` (C), as in the release.
+kernel (padding K // 2). Static kernel ``w`` (C, 1, K, K) and bias ``b`` (C), as in the release. The predictors work
+on the kernel's taps as tokens, (B, K*K, C): the pooled map is one product over the tokens and the release's 1 x 1
+convs are linears on it (:class:`TapConv`), so nothing is copied into another layout before the convolution.
 """
 from __future__ import annotations
+
+from functools import lru_cache
 
 import torch
 import torch.nn as nn
@@ -13,46 +17,80 @@ from torch.nn.init import trunc_normal_
 
 from mmwf.registry import MODELS
 
-from .implementation import check_choice, kernel, records_autograd
+from .implementation import check_choice, implementation, kernel, records_autograd
 from .tokens import map_to_tokens, tokens_to_map
-
-# the map size (H * W) from which eager CUDA inference pools by the matrices: on an H200 a WF-T forward was 1.44x /
-# 1.50x faster at 1024 / 1248 px (64 x 64 / 78 x 78 maps, batch 8) and 0.93x / 0.81x at 512 / 224 (32 x 32, 14 x 14)
-LARGE_MAP = 64 * 64
 
 
 def adaptive_pool_kernel(x: torch.Tensor, impl: str = 'auto') -> str:
-    """``'native'`` or ``'matrices'``: ``impl``, or for ``'auto'`` the :func:`~.implementation.kernel` of
-    ``'adaptive_pool'`` for the map x, ``'matrices-large'`` resolved by x's size (:data:`LARGE_MAP`)."""
-    if impl != 'auto':
-        return impl
-    impl = kernel('adaptive_pool', x.device, records_autograd(x))
-    if impl == 'matrices-large':
-        return 'matrices' if x.shape[-2] * x.shape[-1] >= LARGE_MAP else 'native'
-    return impl
+    """``'native'``, ``'matrices'`` or ``'tokens'``: ``impl``, or for ``'auto'`` the
+    :func:`~.implementation.kernel` of ``'adaptive_pool'`` on x's device, with or without autograd."""
+    return kernel('adaptive_pool', x.device, records_autograd(x)) if impl == 'auto' else impl
 
 
 def adaptive_avg_pool(x: torch.Tensor, size: int, impl: str = 'auto') -> torch.Tensor:
-    """``F.adaptive_avg_pool2d(x, size)`` for maps (B, C, H, W), by :func:`adaptive_pool_kernel`: PyTorch's op
-    (``'native'``: eager, and under the FLOP counter) or two averaging matrices (``'matrices'``: eager CUDA inference
-    on large maps, where PyTorch's kernel is slow, compiling, ``torch.export`` and either ONNX exporter; bin i of a
-    side of n covers [floor(i n / size), ceil((i + 1) n / size)), as PyTorch's): ONNX has no adaptive pooling whose
-    output size does not divide the input, and the matrices are generic in H and W."""
-    if adaptive_pool_kernel(x, impl) == 'native':
+    """``F.adaptive_avg_pool2d(x, size)`` for maps (B, C, H, W), by :func:`adaptive_pool_kernel`:
+
+    - ``'native'``: PyTorch's op (eager CPU, and under the FLOP counter);
+    - ``'matrices'``: two averaging matrices, (size, H) and (size, W) (either ONNX exporter and ``torch.export``:
+      ONNX has no adaptive pooling whose output size does not divide the input; :func:`pooling_matrices`);
+    - ``'tokens'``: one product of the (size * size, H * W) averaging matrix with the map's tokens (eager CUDA and
+      ``torch.compile``: one GEMM reading the map once, free of copies when x is a channels-last view of tokens;
+      :func:`pool_tokens_adaptive`). Its result is a channels-last view of the pooled tokens.
+
+    Bin i of a side of n covers [floor(i n / size), ceil((i + 1) n / size)), as PyTorch's."""
+    impl = adaptive_pool_kernel(x, impl)
+    if impl == 'native':
         return F.adaptive_avg_pool2d(x, size)
-    return pooling_matrices(x, size)
+    if impl == 'matrices':
+        return pooling_matrices(x, size)
+    if impl != 'tokens':
+        raise ValueError(f"impl must be 'auto', 'native', 'matrices' or 'tokens', got {impl!r}")
+    hw = (x.shape[-2], x.shape[-1])
+    return tokens_to_map(pool_tokens_adaptive(map_to_tokens(x), hw, size), (size, size))
+
+
+def averaging_matrix(n: int, size: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """(size, n): row i averages adaptive bin i of a side of n (tensor arithmetic, generic in a symbolic n)."""
+    i = torch.arange(size, device=device)
+    start, end = (i * n) // size, ((i + 1) * n + size - 1) // size
+    j = torch.arange(n, device=device)
+    mask = (j >= start[:, None]) & (j < end[:, None])
+    return mask.to(dtype) / (end - start)[:, None].to(dtype)
 
 
 def pooling_matrices(x: torch.Tensor, size: int) -> torch.Tensor:
     """:func:`adaptive_avg_pool` as two matrix products with a (size, H) and a (size, W) averaging matrix, the
     large one first (one GEMM over all rows of the maps; ONNX Runtime's Einsum was 3x slower at 64 x 64)."""
-    def bins(n: int) -> torch.Tensor:  # (size, n): row i averages bin i
-        i = torch.arange(size, device=x.device)
-        start, end = (i * n) // size, ((i + 1) * n + size - 1) // size
-        j = torch.arange(n, device=x.device)
-        mask = (j >= start[:, None]) & (j < end[:, None])
-        return mask.to(x.dtype) / (end - start)[:, None].to(x.dtype)
-    return torch.matmul(bins(x.shape[-2]), torch.matmul(x, bins(x.shape[-1]).t()))
+    rows = averaging_matrix(x.shape[-2], size, x.device, x.dtype)
+    columns = averaging_matrix(x.shape[-1], size, x.device, x.dtype)
+    return torch.matmul(rows, torch.matmul(x, columns.t()))
+
+
+def token_pooling_matrix(hw: tuple[int, int], size: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """(size * size, H * W): the averaging matrix of adaptive pooling to size x size over raster tokens, the
+    Kronecker product of the two sides' :func:`averaging_matrix`; built once per grid, device and dtype in eager
+    mode (the ops that build it would be launches of their own), in the graph otherwise."""
+    if implementation() == 'eager':
+        return _cached_token_pooling_matrix(int(hw[0]), int(hw[1]), size, device, dtype)
+    return _token_pooling_matrix(hw, size, device, dtype)
+
+
+def _token_pooling_matrix(hw: tuple[int, int], size: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    rows, columns = (averaging_matrix(n, size, device, dtype) for n in hw)
+    return (rows[:, None, :, None] * columns[None, :, None, :]).reshape(size * size, hw[0] * hw[1])
+
+
+# the grids one process meets (a config's train and test sizes, a benchmark's), per device and dtype
+@lru_cache(maxsize=64)
+def _cached_token_pooling_matrix(h: int, w: int, size: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    with torch.inference_mode(False):  # a normal tensor, which autograd can save, also when first built at inference
+        return _token_pooling_matrix((h, w), size, device, dtype)
+
+
+def pool_tokens_adaptive(x: torch.Tensor, hw: tuple[int, int], size: int) -> torch.Tensor:
+    """Adaptive average pooling of tokens x (B, H*W, C) on grid ``hw`` to size x size: (B, size * size, C), as one
+    product with :func:`token_pooling_matrix` (broadcast over the batch: no copy of x)."""
+    return torch.matmul(token_pooling_matrix(hw, size, x.device, x.dtype), x)
 
 
 def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -64,7 +102,8 @@ def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch
     - ``'loop'`` (eager CPU inference): one depthwise conv per sample on the channels-last views, the fastest there;
     - ``'grouped'`` (eager CUDA, eager CPU training, TorchScript tracing for the FLOP counter, and exported graphs
       whose batch is static): one grouped conv over the batch folded into the channels (B*C groups), one kernel
-      launch for the whole batch (on the CPU its backward is about twice as fast as the loop's);
+      launch for the whole batch (on the CPU its backward is about twice as fast as the loop's); without autograd
+      the bias is added in the pass that writes the result in x's memory format (channels-last for tokens);
     - ``'taps'`` (exported graphs with a dynamic batch, and the TorchScript exporter, whose traced graph keeps the
       trace's batch: a group count cannot depend on B): a static depthwise conv with one-hot kernels writes the K*K
       shifted maps, and one batched matrix product weighs them with the kernel taps;
@@ -81,9 +120,16 @@ def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch
         return torch.cat([F.conv2d(x[i:i + 1], weight[i].unsqueeze(1), bias, padding=k // 2, groups=C)
                           for i in range(B)])
     if impl == 'grouped':
+        # eager without autograd (out= records none; graphs are kept free of out=): the bias is added in the pass that
+        # writes the result in x's memory format
+        fused = implementation() == 'eager' and not records_autograd(x, weight, *([] if bias is None else [bias]))
         y = F.conv2d(x.reshape(1, B * C, H, W), weight.reshape(B * C, 1, k, k),
-                     None if bias is None else bias.repeat(B), padding=k // 2, groups=B * C)
-        return y.view(B, C, H, W)
+                     None if bias is None or fused else bias.repeat(B), padding=k // 2, groups=B * C)
+        y = y.view(B, C, H, W)
+        if not fused or (bias is None and x.is_contiguous()):
+            return y
+        out = torch.empty_like(x, dtype=y.dtype)  # channels-last for a view of tokens: map_to_tokens is then free
+        return out.copy_(y) if bias is None else torch.add(y, bias.to(y.dtype).view(1, C, 1, 1), out=out)
     p = k // 2
     if impl == 'taps':
         eye = torch.eye(k * k, dtype=x.dtype, device=x.device).view(k * k, 1, k, k).repeat(C, 1, 1, 1)
@@ -102,14 +148,28 @@ def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch
     return y if bias is None else y + bias.view(1, C, 1, 1)
 
 
-def unit_clip(dw: torch.Tensor) -> torch.Tensor:
-    """dW / (||dW||_F over the K x K kernel + 1), the release's normalisation of a (B, C, K, K) update."""
-    return dw / (dw.flatten(2).norm(dim=-1)[..., None, None] + 1)
+def unit_clip(taps: torch.Tensor) -> torch.Tensor:
+    """dW / (||dW||_F over the K x K kernel + 1), the release's normalisation of an update given as taps
+    (B, K*K, C)."""
+    return taps / (torch.linalg.vector_norm(taps, dim=1, keepdim=True) + 1)
+
+
+class TapConv(nn.Conv2d):
+    """The release's 1 x 1 conv of a predictor (its keys and shapes: weight (Cout, Cin, 1, 1)) applied to taps as
+    tokens (B, K*K, Cin) -> (B, K*K, Cout): a linear, one GEMM, where the conv on a K x K map is a launch of the
+    convolution engine and layout copies."""
+
+    def __init__(self, in_channels: int, out_channels: int, bias: bool = True) -> None:
+        super().__init__(in_channels, out_channels, 1, bias=bias)
+
+    def forward(self, taps: torch.Tensor) -> torch.Tensor:
+        return F.linear(taps, self.weight.flatten(1), self.bias)
 
 
 class DynamicDWConv(nn.Module):
-    """Base class: per-sample depthwise conv with kernel w + dW(X). Subclasses implement :meth:`delta`, the
-    equation's dW; the kernel adds its normalised form (:meth:`effective_delta`), as the dynamic linears do.
+    """Base class: per-sample depthwise conv with kernel w + dW(X). Subclasses implement the equation's dW as taps
+    (:meth:`delta_taps`, from tokens) or as a kernel (:meth:`delta`, from the map); each is derived from the other.
+    The kernel adds its normalised form (:meth:`normalise`), as the dynamic linears do.
 
     Args:
         dim (int): channels C.
@@ -128,22 +188,33 @@ class DynamicDWConv(nn.Module):
         self.w = nn.Parameter(trunc_normal_(torch.empty(dim, 1, kernel_size, kernel_size), std=0.02))
         self.b = nn.Parameter(trunc_normal_(torch.empty(dim), std=0.02))
 
-    def delta(self, x: torch.Tensor) -> torch.Tensor:
-        """Predict the equation's dW (B, C, K, K) from the map x (B, C, H, W)."""
-        raise NotImplementedError
+    def delta_taps(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        """The equation's dW as taps (B, K*K, C), predicted from tokens x (B, H*W, C) on grid ``hw``."""
+        if type(self).delta is DynamicDWConv.delta:
+            raise NotImplementedError(f'{type(self).__name__} implements neither delta_taps nor delta')
+        return map_to_tokens(self.delta(tokens_to_map(x, hw)))
 
-    def normalise(self, dw: torch.Tensor) -> torch.Tensor:
-        """dW -> the update added to ``w``: the release's :func:`unit_clip`."""
-        return unit_clip(dw)
+    def delta(self, x: torch.Tensor) -> torch.Tensor:
+        """The equation's dW as a kernel (B, C, K, K), predicted from the map x (B, C, H, W)."""
+        if type(self).delta_taps is DynamicDWConv.delta_taps:
+            raise NotImplementedError(f'{type(self).__name__} implements neither delta_taps nor delta')
+        k = self.kernel_size
+        return tokens_to_map(self.delta_taps(map_to_tokens(x), (x.shape[-2], x.shape[-1])), (k, k))
+
+    def normalise(self, taps: torch.Tensor) -> torch.Tensor:
+        """dW as taps (B, K*K, C) -> the update added to ``w``: the release's :func:`unit_clip`."""
+        return unit_clip(taps)
 
     def effective_delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         """The update added to ``w`` for tokens x (B, H*W, C): (B, C, K, K)."""
-        return self.normalise(self.delta(tokens_to_map(x, hw)))
+        k = self.kernel_size
+        return tokens_to_map(self.normalise(self.delta_taps(x, hw)), (k, k))
 
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-        x = tokens_to_map(x, hw)
-        weight = self.w.squeeze(1) + self.normalise(self.delta(x))  # (B, C, K, K)
-        return map_to_tokens(per_sample_depthwise_conv(x, weight, self.b, self.conv))
+        k = self.kernel_size
+        taps = self.w.view(self.dim, k * k).t() + self.normalise(self.delta_taps(x, hw))  # (B, K*K, C)
+        weight = tokens_to_map(taps, (k, k))  # (B, C, K, K)
+        return map_to_tokens(per_sample_depthwise_conv(tokens_to_map(x, hw), weight, self.b, self.conv))
 
     def extra_repr(self) -> str:
         return f'dim={self.dim}, kernel_size={self.kernel_size}'
@@ -157,22 +228,25 @@ class GAPDynamicDWConv(DynamicDWConv):
         super().__init__(dim, kernel_size, **choices)
         self.wfm = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.Linear(dim, dim * kernel_size ** 2))
 
-    def delta(self, x: torch.Tensor) -> torch.Tensor:
-        k = self.kernel_size
-        return self.wfm(x.mean((2, 3))).view(-1, self.dim, k, k)
+    def delta_taps(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        return self.wfm(x.mean(1)).view(-1, self.dim, self.kernel_size ** 2).transpose(1, 2)
 
 
 @MODELS.register_module()
 class AdaptiveDynamicDWConv(DynamicDWConv):
     """Eq. 11, Spatially Adaptive (released): dW = MLP(AAP(X, (K, K))), MLP = 1x1 conv (bias) -> GELU ->
-    1x1 conv (no bias) as ``wfm.0`` / ``wfm.2``."""
+    1x1 conv (no bias) as ``wfm.0`` / ``wfm.2`` (:class:`TapConv`, linears on the pooled taps)."""
 
     def __init__(self, dim: int, kernel_size: int = 3, **choices: str) -> None:
         super().__init__(dim, kernel_size, **choices)
-        self.wfm = nn.Sequential(nn.Conv2d(dim, dim, 1), nn.GELU(), nn.Conv2d(dim, dim, 1, bias=False))
+        self.wfm = nn.Sequential(TapConv(dim, dim), nn.GELU(), TapConv(dim, dim, bias=False))
 
-    def delta(self, x: torch.Tensor) -> torch.Tensor:
-        return self.wfm(adaptive_avg_pool(x, self.kernel_size, self.pool))
+    def pooled_taps(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        """AAP(X, (K, K)) as taps (B, K*K, C)."""
+        return map_to_tokens(adaptive_avg_pool(tokens_to_map(x, hw), self.kernel_size, self.pool))
+
+    def delta_taps(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        return self.wfm(self.pooled_taps(x, hw))
 
 
 @MODELS.register_module()
@@ -185,14 +259,14 @@ class AmpDirDynamicDWConv(AdaptiveDynamicDWConv):
         self.amp = nn.Linear(dim, dim)
         self.eps = eps
 
-    def delta(self, x: torch.Tensor) -> torch.Tensor:
-        direction = self.wfm(adaptive_avg_pool(x, self.kernel_size, self.pool))
-        norm = direction.flatten(2).norm(dim=-1)[..., None, None] + self.eps
-        return torch.sigmoid(self.amp(x.mean((2, 3))))[..., None, None] * direction / norm
+    def delta_taps(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        direction = self.wfm(self.pooled_taps(x, hw))
+        norm = torch.linalg.vector_norm(direction, dim=1, keepdim=True) + self.eps
+        return torch.sigmoid(self.amp(x.mean(1))).unsqueeze(1) * direction / norm
 
-    def normalise(self, dw: torch.Tensor) -> torch.Tensor:
+    def normalise(self, taps: torch.Tensor) -> torch.Tensor:
         """Eq. 12's dW is bounded by construction (amplitude in (0, 1) times a unit direction): added as it is."""
-        return dw
+        return taps
 
 
 @MODELS.register_module()

@@ -6,6 +6,8 @@ normalised per output column, dW / (||dW||_col + 1), as the release does, then y
 """
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -13,7 +15,7 @@ from torch.nn.init import trunc_normal_
 
 from mmwf.registry import MODELS
 
-from .implementation import check_choice, kernel, records_autograd
+from .implementation import check_choice, choice_device_type, kernel, records_autograd
 from .tokens import pool_tokens
 
 
@@ -38,26 +40,28 @@ def product_order(order: str, cost_tokens: int, cost_core: int) -> str:
 
 
 # a memory-bound pass over the elements of a weight formed per sample, in multiply-adds of the matrix products'
-# throughput (measured on CPU cores: a GPU's ratio favours the factored form further), and the passes it takes:
-# its norms and update, and with autograd their backward and the static weight's gradient summed over the batch
-ELEMENT_PASS_COST = 8
+# throughput, by device type: measured on CPU cores; none on CUDA, where the materialized form was the faster or
+# within 2 % of it in every case timed (H200, fp32, WF-T's first Bilateral update at 224 / batch 64 and at 1024 and
+# 1248 / batch 8, inference and training: docs/cuda_check/h200_first_run); and the passes it takes: its norms and
+# update, and with autograd their backward and the static weight's gradient summed over the batch
+ELEMENT_PASS_COST = MappingProxyType({'cpu': 8, 'cuda': 0})
 ELEMENT_PASSES = {False: 3, True: 12}
 
 
 def weight_form(costs: dict[str, dict[str, int]], order: str, weight_elements: int,
-                autograd: bool, form: str = 'auto') -> tuple[str, str]:
+                autograd: bool, form: str = 'auto', device_type: str = 'cpu') -> tuple[str, str]:
     """(form, order) in which a dynamic linear with a low-rank update applies it: the form is ``form``, or for
     ``'auto'`` the :func:`~.implementation.kernel` of ``'dynamic_weight'``, and for ``'cheaper'`` the one whose
-    multiply-adds
-    (``costs[form][order]``) are the fewer once the materialized form is charged its passes over the
-    ``weight_elements`` (Cin * Cout) of each sample's weight (``'factored'`` on a tie); the order is
-    :func:`product_order`'s within that form."""
+    multiply-adds (``costs[form][order]``) are the fewer once the materialized form is charged its passes over the
+    ``weight_elements`` (Cin * Cout) of each sample's weight on ``device_type`` (:data:`ELEMENT_PASS_COST`; the
+    CPU's for another device; ``'factored'`` on a tie); the order is :func:`product_order`'s within that form."""
     form = kernel('dynamic_weight') if form == 'auto' else form
     forms = ('factored', 'materialized') if form == 'cheaper' else (form,)
     orders = {f: product_order(order, costs[f]['tokens'], costs[f]['core']) for f in forms}
     if form == 'cheaper':
         factored, materialized = (costs[f][orders[f]] for f in forms)
-        passes = ELEMENT_PASS_COST * ELEMENT_PASSES[autograd] * weight_elements
+        charge = ELEMENT_PASS_COST.get(device_type, ELEMENT_PASS_COST['cpu'])
+        passes = charge * ELEMENT_PASSES[autograd] * weight_elements
         form = 'factored' if factored <= materialized + passes else 'materialized'
     return form, orders[form]
 
@@ -66,14 +70,15 @@ def gram_column_norms(gram: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     """The column norms of dW = left right from the Gram matrix gram = left^T left (B or 1, K, K) and right (B, K,
     Cout): ||dW_j|| = sqrt(right_j^T gram right_j), (B, 1, Cout), in fp32 at least, whatever the inputs' dtype and
     autocast (in fp16 the squares of small norms underflow to zero, and the square root's derivative there made every
-    gradient of WF-T's fp16 training step NaN on CUDA). Where rounding leaves the square at or below 0 the norm is 0
-    with gradient 0, as ``torch.linalg.vector_norm``'s at a zero column."""
+    gradient of WF-T's fp16 training step NaN on CUDA). Where rounding leaves the square below the smallest normal
+    number (a zero column), the norm is that number's square root (about 1e-19, nothing beside the 1 the update adds
+    to it) with gradient 0, as ``torch.linalg.vector_norm``'s at a zero column: two launches where a mask took
+    five."""
     dtype = torch.promote_types(right.dtype, torch.float32)
     with torch.autocast(right.device.type, enabled=False):
         right = right.to(dtype)
         square = (right * torch.matmul(gram.to(dtype), right)).sum(1, keepdim=True)
-    positive = square > 0
-    return torch.where(positive, square, 1).sqrt() * positive
+    return square.clamp_min(torch.finfo(dtype).tiny).sqrt()
 
 
 class DynamicLinear(nn.Module):
@@ -329,7 +334,8 @@ class BilateralDynamicLinear(DynamicLinear):
         a, b = self.predict(x if context is None else context, hw)
         costs = self.costs(a.shape[1], x.shape[1])
         form, order = weight_form(costs, self.order, self.in_features * self.out_features,
-                                  records_autograd(x, self.w), self.form)
+                                  records_autograd(x, self.w), self.form,
+                                  choice_device_type(x.device))
         if form == 'factored':
             return self.apply_factors(x, *self.factors(a, b, order))
         return self.apply_update(x, self.product(a, b, order))

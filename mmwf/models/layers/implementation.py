@@ -6,9 +6,8 @@ attribute set at construction (:data:`CHOICES`: ``conv``, ``pool``, ``form``, ``
 ``'auto'`` by default. ``'auto'`` is resolved when the layer runs, by one rule: the :data:`KERNELS` entry of the
 running :func:`implementation` (eager, traced, exported, compiled) for the device and whether autograd records, and
 where the entry says so, the cost model beside the operation (``'cheaper'``: :func:`~.dynamic_linear.product_order`,
-:func:`~.dynamic_linear.weight_form`; ``'matrices-large'``: :func:`~.dynamic_dwconv.adaptive_pool_kernel`). The
-table is read-only; :func:`evaluation` sets layers' choices for a block of code (tracing, export, counting, tests)
-and restores them.
+:func:`~.dynamic_linear.weight_form`). The table is read-only; :func:`evaluation` sets layers' choices for a
+block of code (tracing, export, counting, tests) and restores them.
 """
 from __future__ import annotations
 
@@ -23,13 +22,13 @@ import torch.nn as nn
 # and '<operation>_<device type>_autograd' that entry where autograd records the operation (training)
 _KERNELS: dict[str, dict[str, str]] = {
     'eager': dict(depthwise_conv='grouped', depthwise_conv_cpu='loop', depthwise_conv_cpu_autograd='grouped',
-                  adaptive_pool='native', adaptive_pool_cuda='matrices-large', adaptive_pool_cuda_autograd='native',
+                  adaptive_pool='native', adaptive_pool_cuda='tokens',
                   product_order='cheaper', dynamic_weight='cheaper', weight_update='addcdiv'),
     'traced': dict(depthwise_conv='grouped', adaptive_pool='native', product_order='cheaper',
                    dynamic_weight='materialized', weight_update='addcdiv'),
     'traced-onnx': dict(depthwise_conv='taps', adaptive_pool='matrices', product_order='cheaper',
                         dynamic_weight='materialized', weight_update='div-add'),
-    'compiled': dict(depthwise_conv='shift', adaptive_pool='matrices', product_order='cheaper',
+    'compiled': dict(depthwise_conv='shift', adaptive_pool='tokens', product_order='cheaper',
                      dynamic_weight='cheaper', weight_update='addcdiv'),
     'exported': dict(depthwise_conv='grouped-static', adaptive_pool='matrices', product_order='cheaper-static',
                      dynamic_weight='materialized', weight_update='addcdiv'),
@@ -40,7 +39,7 @@ KERNELS = MappingProxyType({k: MappingProxyType(v) for k, v in _KERNELS.items()}
 # takes besides 'auto')
 CHOICES: dict[str, tuple[str | None, tuple[str, ...]]] = {
     'conv': ('depthwise_conv', ('loop', 'grouped', 'taps', 'shift')),  # the per-sample depthwise conv
-    'pool': ('adaptive_pool', ('native', 'matrices')),  # the adaptive average pooling of a DWConv predictor
+    'pool': ('adaptive_pool', ('native', 'matrices', 'tokens')),  # a DWConv predictor's adaptive average pooling
     'order': ('product_order', ('tokens', 'core')),  # a dynamic linear's products around X^T X
     'form': ('dynamic_weight', ('factored', 'materialized')),  # how a low-rank update is applied
     'update': ('weight_update', ('addcdiv', 'div-add')),  # how a weight formed per sample adds its update
@@ -106,6 +105,27 @@ def has_forward_hooks(module: nn.Module) -> bool:
     return bool(nn.modules.module._global_forward_hooks) or any(m._forward_hooks for m in module.modules())
 
 
+# the device type whose choices 'auto' resolves to, where a block of code asks for another device's (resolved_as)
+_resolved_as: str | None = None
+
+
+@contextmanager
+def resolved_as(device_type: str) -> Iterator[None]:
+    """In the block, ``'auto'`` resolves to the evaluations of ``device_type`` (e.g. ``'cuda'``) whatever device the
+    tensors are on: what a CUDA forward launches, counted on the CPU (:mod:`mmwf.analysis.launches`)."""
+    global _resolved_as
+    saved, _resolved_as = _resolved_as, device_type
+    try:
+        yield
+    finally:
+        _resolved_as = saved
+
+
+def choice_device_type(device: torch.device) -> str:
+    """The device type whose evaluations a layer on ``device`` takes: its own, or that of :func:`resolved_as`."""
+    return _resolved_as or device.type
+
+
 def kernel(operation: str, device: torch.device | None = None, autograd: bool = False) -> str:
     """The kernel of ``operation`` (a column of :data:`KERNELS`) under the running :func:`implementation`, on
     ``device`` and with or without ``autograd`` when the choice depends on them.
@@ -113,8 +133,8 @@ def kernel(operation: str, device: torch.device | None = None, autograd: bool = 
     Args:
         operation (str): ``'depthwise_conv'`` (the per-sample depthwise conv: ``'loop'``, ``'grouped'``,
             ``'taps'``, ``'grouped-static'`` (grouped where the batch size is static, else the taps) or
-            ``'shift'``), ``'adaptive_pool'`` (``'native'``, ``'matrices'`` or ``'matrices-large'``: the
-            matrices on large maps, :func:`~.dynamic_dwconv.adaptive_pool_kernel`), ``'product_order'`` (the dynamic
+            ``'shift'``), ``'adaptive_pool'`` (``'native'``, ``'matrices'`` or ``'tokens'``:
+            :func:`~.dynamic_dwconv.adaptive_avg_pool`), ``'product_order'`` (the dynamic
             linears' ``order='auto'``: ``'cheaper'``, ``'cheaper-static'`` (cheaper where the sizes are static, else
             ``'core'``) or ``'core'``), ``'dynamic_weight'`` (how a dynamic linear with a low-rank update applies
             it: ``'factored'``, never forming a weight per sample, ``'materialized'``, the release's weight per
@@ -128,5 +148,6 @@ def kernel(operation: str, device: torch.device | None = None, autograd: bool = 
     kernels = KERNELS[implementation()]
     if device is None:
         return kernels[operation]
-    on_device = kernels.get(f'{operation}_{device.type}', kernels[operation])
-    return kernels.get(f'{operation}_{device.type}_autograd', on_device) if autograd else on_device
+    device_type = choice_device_type(device)
+    on_device = kernels.get(f'{operation}_{device_type}', kernels[operation])
+    return kernels.get(f'{operation}_{device_type}_autograd', on_device) if autograd else on_device

@@ -160,7 +160,8 @@ DWCS = {
 
 
 @pytest.mark.parametrize('choices', [dict(conv='loop', pool='native'), dict(conv='grouped', pool='matrices'),
-                                     dict(conv='taps', pool='native'), dict(conv='shift', pool='matrices')],
+                                     dict(conv='taps', pool='native'), dict(conv='shift', pool='matrices'),
+                                     dict(conv='grouped', pool='tokens'), dict(conv='shift', pool='tokens')],
                          ids=lambda c: f'{c["conv"]}, {c["pool"]} pooling')
 @pytest.mark.parametrize('kind', DWCS.values(), ids=DWCS.keys())
 def test_dynamic_dwconv_equals_its_equation(kind, choices):
@@ -177,6 +178,8 @@ def test_dynamic_dwconv_equals_its_equation(kind, choices):
     grads = torch.autograd.grad((out * weights).sum(), inputs)
     ref_grads = torch.autograd.grad((expected * weights).sum(), inputs)
     assert all(torch.allclose(g, r, rtol=1e-9, atol=1e-9) for g, r in zip(grads, ref_grads))
+    with torch.no_grad():  # inference: the grouped conv adds the bias as it writes the tokens' layout
+        assert torch.allclose(layer(x, HW), expected, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize('impl', ['loop', 'grouped', 'taps', 'shift'])
@@ -205,3 +208,37 @@ def test_pooling_matrices_equal_adaptive_average_pooling_on_every_grid():
             x = torch.randn(2, 4, h, w, dtype=torch.float64)
             assert torch.allclose(pooling_matrices(x, 3), F.adaptive_avg_pool2d(x, 3), rtol=1e-12, atol=1e-12), (h, w)
             assert torch.allclose(pooling_matrices(x, 3), adaptive_pool(x, 3), rtol=1e-12, atol=1e-12)
+
+
+def test_pooling_over_the_tokens_equals_adaptive_average_pooling_on_every_grid():
+    """One product over the tokens (eager CUDA, compiled): the reference's bins for every side 1..24, eager (the
+    matrix built once per grid) and in a graph (built there, generic in the grid)."""
+    from mmwf.models.layers.dynamic_dwconv import adaptive_avg_pool, pool_tokens_adaptive
+    for h in range(1, 25):
+        for w in (1, 2, 5, 13, 24):
+            x = torch.randn(2, h * w, 4, dtype=torch.float64)
+            m = token_grid(x, (h, w)).permute(0, 3, 1, 2)
+            expected = adaptive_pool(m, 3)
+            assert torch.allclose(adaptive_avg_pool(m, 3, 'tokens'), expected, rtol=1e-12, atol=1e-12), (h, w)
+            assert torch.allclose(pool_tokens_adaptive(x, (h, w), 3),
+                                  expected.flatten(2).transpose(1, 2), rtol=1e-12, atol=1e-12)
+    x = torch.randn(2, 11 * 3, 4, dtype=torch.float32)
+    with torch.inference_mode():  # the matrix first built at inference serves training too
+        pool_tokens_adaptive(x, (11, 3), 3)
+    (grad,) = torch.autograd.grad(pool_tokens_adaptive(x.requires_grad_(), (11, 3), 3).sum(), x)
+    assert torch.allclose(grad.sum(1), torch.full((2, 4), 9.0))  # each of the 9 bins averages to weights summing to 1
+    compiled = torch.compile(pool_tokens_adaptive, backend='eager', dynamic=True, fullgraph=True)
+    for h, w in ((7, 9), (11, 4)):
+        x = torch.randn(2, h * w, 4, dtype=torch.float64)
+        expected = adaptive_pool(token_grid(x, (h, w)).permute(0, 3, 1, 2), 3).flatten(2).transpose(1, 2)
+        assert torch.allclose(compiled(x, (h, w), 3), expected, rtol=1e-12, atol=1e-12), (h, w)
+
+
+def test_a_tap_conv_is_the_release_1x1_conv_on_the_taps():
+    """:class:`TapConv` on taps (B, K*K, C) equals the 1 x 1 conv on the (B, C, K, K) kernel, with the conv's keys."""
+    from mmwf.models.layers.dynamic_dwconv import TapConv
+    layer = randomised(TapConv(6, 5).double())
+    assert {k: tuple(v.shape) for k, v in layer.state_dict().items()} == {'weight': (5, 6, 1, 1), 'bias': (5,)}
+    kernel = torch.randn(2, 6, 3, 3, dtype=torch.float64)
+    expected = conv(kernel, layer.weight, layer.bias).flatten(2).transpose(1, 2)
+    assert torch.allclose(layer(kernel.flatten(2).transpose(1, 2)), expected, rtol=1e-12, atol=1e-12)

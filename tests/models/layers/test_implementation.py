@@ -110,18 +110,18 @@ def test_the_eager_depthwise_conv_kernel_depends_on_the_device_and_autograd():
     assert kernel('adaptive_pool') == 'native'
 
 
-def test_eager_cuda_inference_pools_large_maps_by_the_matrices():
-    """The pooling kernel by device, autograd and map size (a stand-in object carries the CUDA device)."""
+def test_eager_cuda_pools_by_one_product_over_the_tokens():
+    """The pooling kernel by device and autograd (a stand-in object carries the CUDA device): on CUDA one product
+    over the tokens in inference and training, on the CPU PyTorch's op."""
     from types import SimpleNamespace
 
-    from mmwf.models.layers.dynamic_dwconv import LARGE_MAP, adaptive_pool_kernel
+    from mmwf.models.layers.dynamic_dwconv import adaptive_pool_kernel
 
     def cuda_map(h, w, grad=False):
         return SimpleNamespace(device=torch.device('cuda'), shape=(8, 192, h, w), requires_grad=grad)
-    assert adaptive_pool_kernel(cuda_map(64, 64)) == 'matrices' and LARGE_MAP == 64 * 64
-    assert adaptive_pool_kernel(cuda_map(63, 64)) == adaptive_pool_kernel(cuda_map(32, 32)) == 'native'
-    assert adaptive_pool_kernel(cuda_map(78, 78, grad=True)) == 'native'  # training: PyTorch's op was faster
+    assert adaptive_pool_kernel(cuda_map(14, 14)) == adaptive_pool_kernel(cuda_map(78, 78, grad=True)) == 'tokens'
     assert adaptive_pool_kernel(torch.randn(1, 2, 78, 78)) == 'native'  # the CPU
+    assert adaptive_pool_kernel(torch.randn(1, 2, 78, 78), 'matrices') == 'matrices'  # a layer's explicit choice
 
 
 def test_the_cost_rule():
