@@ -24,6 +24,20 @@ def time_call(call: Callable[[], object], device: str) -> float:
     return time.perf_counter() - start
 
 
+def device_busy_share(call: Callable[[], object], device: str) -> float | None:
+    """The share of one ``call()``'s wall time the GPU spent in kernels (the profiler's kernel times summed over the
+    wall time, the device synchronised around it): near 1 when the GPU is kept busy, low when the host's launches
+    keep it waiting. None off CUDA."""
+    if not device.startswith('cuda'):
+        return None
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        wall = time_call(call, device)
+    cuda = torch.autograd.DeviceType.CUDA
+    kernels = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == cuda)
+    return kernels / 1e6 / wall
+
+
 def proc_status_mb(field: str) -> float:
     """A memory field of /proc/self/status (VmRSS, VmHWM) in MB."""
     with open('/proc/self/status') as f:
@@ -70,9 +84,10 @@ def last_line_of(script: str, args: list[str], threads: int) -> str:
 def training_step(parameters, loss: Callable[[], torch.Tensor], device: str, amp: torch.dtype | None = None,
                   weight_decay: float = 0.01) -> Callable[[], torch.Tensor]:
     """One training step as every benchmark times it: ``loss()`` under ``amp`` autocast (float16 with a dynamic loss
-    scale, as mmengine's AmpOptimWrapper; None: fp32), backward, AdamW (lr 1e-4); the step returns the loss, and its
-    GradScaler is the step's attribute ``scaler`` (a scale that keeps falling means non-finite gradients)."""
-    optimizer = torch.optim.AdamW(parameters, lr=1e-4, weight_decay=weight_decay)
+    scale, as mmengine's AmpOptimWrapper; None: fp32), backward, AdamW (lr 1e-4; on CUDA torch's fused kernel, the
+    fastest it offers, for every model alike); the step returns the loss, and its GradScaler is the step's attribute
+    ``scaler`` (a scale that keeps falling means non-finite gradients)."""
+    optimizer = torch.optim.AdamW(parameters, lr=1e-4, weight_decay=weight_decay, fused=device.startswith('cuda'))
     device_type = device.split(':')[0]
     scaler = torch.amp.GradScaler(device_type, enabled=amp == torch.float16)
 

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = ['cuda-tests', 'table3', 'table3-unfused', 'train-imagenet', 'train-cascade', 'train-upernet',
-         'train-wf-dit-bf16', 'train-wf-dit-fp16', 'generation', 'kernels', 'profile', 'engine-split', 'onnx-fp32',
-         'onnx-fp16', 'nccl']
+STEPS = ['cuda-tests', 'table3', 'table3-compiled', 'train-imagenet-compiled', 'table3-bf16', 'table3-unfused',
+         'train-imagenet', 'train-cascade-compiled', 'train-cascade', 'train-upernet', 'train-wf-dit-bf16',
+         'train-wf-dit-fp16', 'generation', 'kernels', 'profile', 'engine-split', 'onnx-fp32', 'onnx-fp16', 'nccl']
 CUDA_ONLY = ['onnx-fp32', 'onnx-fp16', 'nccl']  # ONNX Runtime's CUDA provider, NCCL
+DEIT_T = 'deit_tiny_patch16_224'
 
 
 @pytest.fixture(scope='module')
@@ -60,4 +61,14 @@ def test_dry_run_tables_are_the_tools_own(dry_run):
     assert claims['WF-T / DeiT-T throughput at 224']['paper'] == pytest.approx(3515 / 3661)
     assert claims['WF-T / DeiT-T throughput at 1248']['paper'] == 7.7
     assert claims['peak memory WF-T saves against DeiT-T at 1248 (%)']['paper'] == 91
-    assert report['environment']['torch'] == torch.__version__
+    assert report['environment']['torch'] == torch.__version__ and report['environment']['commit']
+    # the compiled steps ran both models compiled under one protocol, stated in their header
+    for name in ('table3-compiled', 'table3-bf16', 'train-imagenet-compiled'):
+        output = steps[name]['output_tail']
+        assert 'torch.compile mode' in output and 'commit ' in output, name
+        columns = steps[name]['tables'][0]['columns']
+        assert 'compile s' in columns and 'GPU busy' in columns, name
+    assert 'bf16 autocast' in steps['table3-bf16']['output_tail']
+    inference = steps['table3-compiled']['tables'][0]
+    rows = {row[0]: dict(zip(inference['columns'], row)) for row in inference['rows']}
+    assert float(rows['weightformer_t']['FLOP ceiling'].rstrip('x')) > 0 and rows[DEIT_T]['FLOP ceiling'] == '1.00x'

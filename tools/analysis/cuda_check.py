@@ -10,8 +10,9 @@ others.
     bash tools/cuda_check.sh --dry-run --out /tmp/cuda_check            # every step at tiny sizes on the CPU
 
 The steps, most important first (``--budget`` seconds in all; a step not started in time is skipped):
-the CUDA tests; WF-T against DeiT-T throughput and peak memory at 224, 1024 and 1248 (Table 3, Section 5.5), DeiT-T
-with fused (timm's default) and unfused attention; one mixed-precision training step per family at the configs'
+the CUDA tests; WF-T against DeiT-T throughput and peak memory at 224, 1024 and 1248 (Table 3, Section 5.5: eager
+fp32, then both compiled alike, the ImageNet and Cascade training steps compiled, and compiled bf16 inference); DeiT-T
+with unfused attention, as the paper's DeiT ran; one mixed-precision training step per family at the configs'
 per-GPU batch (ImageNet, Cascade and UperNet backbones with their pyramid, WF-DiT B/2 in bf16 and fp16); the
 generation benchmark at Table 7's per-GPU batch; the dynamic layers' kernel choices timed; the generation step's
 profile by kernel; one block's token mixer against its channel mixer; ONNX Runtime's CUDA provider; NCCL on two
@@ -34,7 +35,8 @@ import torch
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TOOLS = osp.join(ROOT, 'tools', 'analysis')
-TABLE3 = dict(sizes=[224, 1024, 1248], batch={224: 64, 1024: 8, 1248: 8})
+# the release's throughput batch (128) at 224; 8 at the high resolutions
+TABLE3 = dict(sizes=[224, 1024, 1248], batch={224: 128, 1024: 8, 1248: 8})
 # Table 3's networks: WF-T (mmwf's name) and DeiT-T as timm computes it, the paper's reference
 WF_T, DEIT_T = 'weightformer_t', 'deit_tiny_patch16_224'
 
@@ -91,6 +93,8 @@ def steps(out: str, dry_run: bool) -> list[Step]:
     rounds = ['--rounds', 1] if dry_run else ['--rounds', 5]
     table3 = ['--sizes', *sizes, '--batch', *batch, *rounds, '--iters', 1 if dry_run else 5, '--device', dev,
               *(['--no-memory'] if dry_run else [])]
+    # compiled alike for both models; the dry run checks the wiring with dynamo's graphs on eager kernels
+    compiled = ['--compile', *(['--compile-backend', 'eager'] if dry_run else [])]
     cls_batch, cls_size = (2, 32) if dry_run else (256, 224)
     dense = {'cascade': (1, 64) if dry_run else (4, 1024), 'upernet': (1, 64) if dry_run else (8, 512)}
     gen = ['--sizes', 8 if dry_run else 32, '--batch', 2 if dry_run else 32, '--device', dev, *rounds]
@@ -103,11 +107,24 @@ def steps(out: str, dry_run: bool) -> list[Step]:
         Step('table3', 'WF-T vs DeiT-T (timm, fused attention): throughput and peak memory',
              tool('inference', '--models', WF_T, DEIT_T, *table3, '--plot', osp.join(out, 'benchmark.png')),
              90),
+        Step('table3-compiled', 'the same, both models compiled (torch.compile, default mode), fp32',
+             tool('inference', '--models', WF_T, DEIT_T, *table3, *compiled), 150),
+        Step('train-imagenet-compiled', f'ImageNet classifier training step, batch {cls_batch} at {cls_size}, AMP, '
+             'both models compiled', tool('train', '--part', 'classifier', '--batch', cls_batch, '--size', cls_size,
+                                          '--amp', '--device', dev, *rounds, '--iters', 1 if dry_run else 3,
+                                          *compiled), 150),
+        Step('table3-bf16', 'the same, both models compiled, bf16 autocast',
+             tool('inference', '--models', WF_T, DEIT_T, *table3, *compiled, '--dtype', 'bf16'), 150),
         Step('table3-unfused', 'DeiT-T with unfused attention (TIMM_FUSED_ATTN=0), as DeiT computed it',
              tool('inference', '--models', DEIT_T, *table3), 90, env=dict(TIMM_FUSED_ATTN='0')),
         Step('train-imagenet', f'ImageNet classifier training step, batch {cls_batch} at {cls_size}, AMP',
              tool('train', '--part', 'classifier', '--batch', cls_batch, '--size', cls_size,
                   '--amp', '--device', dev, *rounds, '--iters', 1 if dry_run else 3), 60),
+        Step('train-cascade-compiled', f'cascade backbone + SimpleFeaturePyramid training step, batch '
+             f'{dense["cascade"][0]} at {dense["cascade"][1]}, AMP, backbone and pyramid compiled',
+             tool('train', '--part', 'backbone+pyramid', '--batch', dense['cascade'][0], '--size',
+                  dense['cascade'][1], '--amp', '--device', dev, *rounds, '--iters', 1 if dry_run else 3,
+                  *compiled), 150),
         *[Step(f'train-{family}', f'{family} backbone + SimpleFeaturePyramid training step, batch {b} at {s}, AMP',
                tool('train', '--part', 'backbone+pyramid', '--batch', b, '--size', s, '--amp',
                     '--device', dev, *rounds, '--iters', 1 if dry_run else 3), 60)
@@ -220,7 +237,9 @@ def run_step(step: Step, timeout: float, log) -> dict:
 
 def environment() -> dict:
     import timm
-    env = dict(python=sys.version.split()[0], torch=torch.__version__, timm=timm.__version__,
+
+    from mmwf.analysis.protocol import commit
+    env = dict(commit=commit(), python=sys.version.split()[0], torch=torch.__version__, timm=timm.__version__,
                cuda=torch.version.cuda, cuda_devices=cuda_devices())
     if env['cuda_devices']:
         capability = '.'.join(map(str, torch.cuda.get_device_capability(0)))
@@ -240,39 +259,46 @@ def cell(row: dict, column: str) -> float | None:
         return None
 
 
+# the inference steps whose ratio is set beside the paper's: the step -> how its DeiT-T ran (WF-T's row of
+# table3-unfused is table3's)
+PAPER_STEPS = {'table3': 'DeiT-T', 'table3-unfused': 'DeiT-T (unfused)',
+               'table3-compiled': 'DeiT-T, both compiled', 'table3-bf16': 'DeiT-T, both compiled, bf16'}
+
+
 def paper_comparison(results: list[dict]) -> list[dict]:
     """The paper's GPU claims (Table 3 and Section 5.5, from the metafiles) beside the ratios measured by the
-    ``table3`` steps: WF-T over DeiT-T throughput at each size, and the peak memory WF-T saves at 1248."""
+    inference steps (:data:`PAPER_STEPS`): WF-T over DeiT-T throughput at each size, and the peak memory WF-T saves
+    at 1248 (eager)."""
     from mmwf.configs import metafile_models
     models = metafile_models()
     paper = {name: models[config]['Results'][0]['Metrics'] for name, config in
              ((WF_T, 'weightformer_t_in1k'), (DEIT_T, 'deit_t_softmax_in1k'))}
-    rows = {}
+    rows: dict[str, dict] = {}
     for result in results:
-        if result['name'].startswith('table3') and result['tables']:
+        if result['name'] in PAPER_STEPS and result['tables']:
             table = result['tables'][0]
-            suffix = ' (unfused)' if result['name'] == 'table3-unfused' else ''
-            for values in table['rows']:
-                row = dict(zip(table['columns'], values))
-                rows[(row['model'] + ('' if row['model'] == WF_T else suffix), int(row['input']))] = row
+            rows[result['name']] = {(row['model'], int(row['input'])): row
+                                    for row in (dict(zip(table['columns'], values)) for values in table['rows'])}
+
+    def pair(step: str, size: int) -> tuple[dict | None, dict | None]:
+        ours = rows.get('table3' if step == 'table3-unfused' else step, {}).get((WF_T, size))
+        return ours, rows.get(step, {}).get((DEIT_T, size))
     claims = []
     for size in TABLE3['sizes']:
         wf, deit = (paper[m].get(f'Throughput {size} (img/s)') for m in (WF_T, DEIT_T))
         claim = (wf / deit if wf and deit else
                  paper[WF_T].get(f'Throughput vs DeiT-T at {size} (x)'))
-        for deit_name in (DEIT_T, f'{DEIT_T} (unfused)'):
-            ours, theirs = rows.get((WF_T, size)), rows.get((deit_name, size))
+        for step, label in PAPER_STEPS.items():
+            ours, theirs = pair(step, size)
             measured = (cell(ours, 'img/s') / cell(theirs, 'img/s')
                         if ours and theirs and cell(theirs, 'img/s') else None)
-            label = 'DeiT-T' + deit_name.removeprefix(DEIT_T)
             claims.append(dict(claim=f'WF-T / {label} throughput at {size}', paper=claim, measured=measured))
     saving = paper[WF_T].get('Memory saved vs DeiT-T at 1248 (%)')
-    for deit_name in (DEIT_T, f'{DEIT_T} (unfused)'):
-        ours, theirs = rows.get((WF_T, 1248)), rows.get((deit_name, 1248))
+    for step in ('table3', 'table3-unfused'):
+        ours, theirs = pair(step, 1248)
         measured = (100 * (1 - cell(ours, 'peak MB') / cell(theirs, 'peak MB'))
                     if ours and theirs and cell(ours, 'peak MB') and cell(theirs, 'peak MB') else None)
-        label = 'DeiT-T' + deit_name.removeprefix(DEIT_T)
-        claims.append(dict(claim=f'peak memory WF-T saves against {label} at 1248 (%)', paper=saving,
+        claims.append(dict(claim=f'peak memory WF-T saves against {PAPER_STEPS[step]} at 1248 (%)', paper=saving,
                            measured=measured))
     return claims
 
@@ -284,9 +310,9 @@ def number(value: float | None, digits: int = 2) -> str:
 def markdown(report: dict) -> str:
     env = report['environment']
     lines = [f'# CUDA check{" (dry run)" if report["dry_run"] else ""}', '',
-             f'{env.get("device", "no CUDA device")}, torch {env["torch"]} (CUDA {env["cuda"]}), timm {env["timm"]}, '
-             f'mmengine {env["mmengine"]}, Python {env["python"]}; {report["started"]}, '
-             f'{report["seconds"]:.0f} s in all.',
+             f'commit {env["commit"]}, {env.get("device", "no CUDA device")}, torch {env["torch"]} '
+             f'(CUDA {env["cuda"]}), timm {env["timm"]}, mmengine {env["mmengine"]}, Python {env["python"]}; '
+             f'{report["started"]}, {report["seconds"]:.0f} s in all.',
              '', '| step | what | status | s |', '|---|---|---|---|']
     for step in report['steps']:
         status = step['status'] + (f': {step["reason"]}' if step.get('reason') else '')
