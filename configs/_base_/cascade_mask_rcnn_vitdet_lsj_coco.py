@@ -83,7 +83,7 @@ max_iters = 184375
 train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters)
 optim_wrapper = dict(
     _delete_=True, type='AmpOptimWrapper', constructor='LayerDecayOptimWrapperConstructor',
-    optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.1),
+    optimizer=dict(type='AdamW', fused=True, lr=1e-4, betas=(0.9, 0.999), weight_decay=0.1),
     # ViTDet's 0.7 for 12 blocks; deeper backbones decay as 12 blocks do (Vim's rule: Vim-T 0.7 ** (12 / 24))
     paramwise_cfg=dict(decay_rate=0.7, reference_depth=12, no_decay='vitdet'))
 # detectron2: linear warm-up from 0.001 over 250 iterations (mmengine reaches the end factor at step end - 1)
@@ -95,7 +95,9 @@ param_scheduler = [
 # torch's defaults; its global batch is 64 (auto_scale_lr below: mmdet's linear rule with --auto-scale-lr)
 default_hooks = dict(logger=dict(interval=20), checkpoint=dict(by_epoch=False, interval=5000, max_keep_ckpts=2),
                      world_size=dict(type='WorldSizeHook', seed_rule='seed + rank'),
-                     tf32=dict(type='TF32Hook', matmul=False, cudnn=True), **_base_.mmwf_hooks)
+                     tf32=dict(type='TF32Hook', matmul=False, cudnn=True),
+                     # on CUDA the backbone and the pyramid compiled, mmdet's heads eager (mode=eager: all eager)
+                     compile=dict(type='CompileHook', modules=['backbone', 'neck']), **_base_.mmwf_hooks)
 randomness = dict(seed=0)  # detectron2 draws a random seed when none is given; a fixed one makes reruns repeat
 log_processor = dict(by_epoch=False)
 custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf loss, naming the terms

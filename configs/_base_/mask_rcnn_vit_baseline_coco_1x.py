@@ -19,12 +19,14 @@ model = dict(
 train_dataloader = dict(batch_size=2)  # x 8 GPUs = 16
 optim_wrapper = dict(
     _delete_=True, type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
+    optimizer=dict(type='AdamW', fused=True, lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
     paramwise_cfg=dict(custom_keys={'pos_embed': dict(decay_mult=0.0), 'norm': dict(decay_mult=0.0),
                                     'bias': dict(decay_mult=0.0)}))
 # several GPUs (docs/protocol.md): ViT-Adapter seeds every rank alike (detection/train.py:152-155, mmdet 2.x) and
 # leaves TF32 at torch's defaults; global batch 16 (mmdet's schedule_1x auto_scale_lr)
 default_hooks = dict(world_size=dict(type='WorldSizeHook', seed_rule='seed'),
-                     tf32=dict(type='TF32Hook', matmul=False, cudnn=True), **_base_.mmwf_hooks)
+                     tf32=dict(type='TF32Hook', matmul=False, cudnn=True),
+                     # on CUDA the backbone and the pyramid compiled, mmdet's heads eager (mode=eager: all eager)
+                     compile=dict(type='CompileHook', modules=['backbone', 'neck']), **_base_.mmwf_hooks)
 randomness = dict(seed=0)
 custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf loss, naming the terms

@@ -26,7 +26,7 @@ val_cfg = dict(type='ValLoop')
 test_cfg = dict(type='TestLoop')
 optim_wrapper = dict(
     type='OptimWrapper', constructor='LayerDecayOptimWrapperConstructor',  # fp32: Vim trains with use_fp16=False
-    optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
+    optimizer=dict(type='AdamW', fused=True, lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
     paramwise_cfg=dict(decay_rate=0.92, reference_depth=12, no_decay='beit'))  # as 12 blocks at any depth
 # mmcv 1.x's poly policy with linear warm-up: lr = (1 - t / 60000) * (1e-6 + (1 - 1e-6) * t / 1500 while t < 1500);
 # mmengine's schedulers reach their end value at step end - 1, hence 1501 and max_iters + 1
@@ -46,6 +46,8 @@ default_hooks = dict(
     # scripts/ft_vim_tiny_upernet.sh:12) and leaves TF32 at torch's defaults
     world_size=dict(type='WorldSizeHook', seed_rule='seed'),
     tf32=dict(type='TF32Hook', matmul=False, cudnn=True),
+    # on CUDA the backbone and Feature2Pyramid compiled, mmseg's heads eager (mode=eager: all eager)
+    compile=dict(type='CompileHook', modules=['backbone', 'neck']),
     **_base_.mmwf_hooks)
 randomness = dict(seed=0)
 auto_scale_lr = dict(enable=False, base_batch_size=32)  # Vim's 4 GPUs x 8; mmseg's linear rule (--auto-scale-lr)

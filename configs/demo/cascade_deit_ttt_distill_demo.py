@@ -7,6 +7,8 @@ _base_ = './cascade_wf_t_demo.py'
 
 softmax_checkpoint = 'data/demo/checkpoints/deit_t_softmax.pth'
 image_size_fields = dict(fields={'model.student.data_preprocessor.pad_size_divisor': 1})  # the student's, as the demo's model's
+# eager: the distiller reads the student's attention outputs through forward hooks during the loss
+default_hooks = dict(compile=dict(modules=['student.backbone', 'student.neck'], mode='eager'))
 model = dict(
     _delete_=True, type='AttentionDistiller', loss_weight=50.0,
     student=dict(_base_.model,

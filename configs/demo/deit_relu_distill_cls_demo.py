@@ -5,6 +5,8 @@
 _base_ = './weightformer_t_cls_demo.py'
 
 softmax_checkpoint = 'data/demo/checkpoints/deit_t_softmax.pth'
+# eager: the distiller reads the student's attention outputs through forward hooks during the loss
+default_hooks = dict(compile=dict(modules=['student.backbone'], mode='eager'))
 model = dict(
     _delete_=True, type='AttentionDistiller', loss_weight=50.0,
     student=dict(_base_.model,

@@ -263,7 +263,8 @@ def test_cascade_configs_follow_vitdet(name):
     assert cfg.train_dataloader.batch_size * 16 == 64
     assert [r.assigner.pos_iou_thr for r in model.train_cfg.rcnn] == [0.5, 0.6, 0.7]
     assert cfg.optim_wrapper.type == 'AmpOptimWrapper' and 'clip_grad' not in cfg.optim_wrapper
-    assert cfg.optim_wrapper.optimizer == dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.1)
+    # ViTDet's AdamW, by torch's fused kernel (the same update)
+    assert cfg.optim_wrapper.optimizer == dict(type='AdamW', fused=True, lr=1e-4, betas=(0.9, 0.999), weight_decay=0.1)
     paramwise = cfg.optim_wrapper.paramwise_cfg
     assert paramwise.no_decay == 'vitdet'
     # ViTDet's 0.7 for 12 blocks, depth-matched (num_layers from the backbone: 17 for WF-T, 12 for DeiT-T)
@@ -276,7 +277,9 @@ def test_upernet_configs_follow_vim(name):
     """The rows of docs/protocol.md that a config value decides (Vim seg/, mmseg 0.x)."""
     cfg = cfg_of(name)
     assert cfg.optim_wrapper.type == 'OptimWrapper'  # fp32 (use_fp16=False)
-    assert cfg.optim_wrapper.optimizer == dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05)
+    # Vim's AdamW, by torch's fused kernel (the same update)
+    assert cfg.optim_wrapper.optimizer == dict(type='AdamW', fused=True, lr=1e-4, betas=(0.9, 0.999),
+                                               weight_decay=0.05)
     paramwise = cfg.optim_wrapper.paramwise_cfg
     assert paramwise.no_decay == 'beit'
     assert 'num_layers' not in paramwise and (paramwise.decay_rate, paramwise.reference_depth) == (0.92, 12)

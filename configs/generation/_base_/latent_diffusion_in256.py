@@ -29,7 +29,8 @@ test_evaluator = dict(type='GenerationMetric', reference='data/fid_stats/VIRTUAL
 test_cfg = dict(type='TestLoop')
 max_iters = 400_000
 train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters + 1)
-optim_wrapper = dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-4, weight_decay=0.0))
+# AdamW by torch's fused kernel (one launch for every parameter; the same update): in every config of a comparison
+optim_wrapper = dict(type='OptimWrapper', optimizer=dict(type='AdamW', fused=True, lr=1e-4, weight_decay=0.0))
 # mmengine's EMAHook (the same EMA and checkpoint keys) that also runs under FlexibleRunner's DDP / FSDP strategies
 custom_hooks = [dict(type='FlexibleEMAHook', ema_type='ExponentialMovingAverage', momentum=1e-4, update_buffers=True,
                      priority=49),
@@ -44,6 +45,7 @@ default_hooks = dict(
     # with the seed itself), keeps the global batch (auto_scale_lr below) and turns TF32 on (train.py:12-13)
     world_size=dict(type='WorldSizeHook', seed_rule='seed * world_size + rank'),
     tf32=dict(type='TF32Hook', matmul=True, cudnn=True),
+    compile=dict(type='CompileHook', modules=['denoiser']),  # on CUDA the denoiser compiled (mode=eager: eager)
     **_base_.mmwf_hooks)
 env_cfg = dict(cudnn_benchmark=False, mp_cfg=dict(mp_start_method='fork', opencv_num_threads=0),
                dist_cfg=dict(backend='nccl'))

@@ -53,7 +53,7 @@ max_epochs = 300
 warmup_epochs = 20
 optim_wrapper = dict(
     type='AmpOptimWrapper',
-    optimizer=dict(type='AdamW', lr=5e-4 * 2048 / 512, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.05),
+    optimizer=dict(type='AdamW', fused=True, lr=5e-4 * 2048 / 512, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.05),
     paramwise_cfg=dict(norm_decay_mult=0.0, bias_decay_mult=0.0, flat_decay_mult=0.0),
     clip_grad=dict(max_norm=5.0))
 # timm's CosineLRScheduler as the release runs it: cosine over all 300 epochs, the first 20 replaced by a linear
@@ -70,6 +70,8 @@ auto_scale_lr = dict(base_batch_size=2048, enable=False)
 # lr, warm-up lr and minimum lr linearly with the global batch (main.py:126-134: auto_scale_lr, --auto-scale-lr)
 default_hooks = dict(checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=3, save_best='auto'),
                      world_size=dict(type='WorldSizeHook', seed_rule='seed + rank'),
-                     tf32=dict(type='TF32Hook', matmul=False, cudnn=True), **_base_.mmwf_hooks)
+                     tf32=dict(type='TF32Hook', matmul=False, cudnn=True),
+                     # on CUDA the backbone compiled (mode=eager: eager)
+                     compile=dict(type='CompileHook', modules=['backbone']), **_base_.mmwf_hooks)
 custom_hooks = [dict(type='NonFiniteLossHook')]
 randomness = dict(seed=0)

@@ -1,3 +1,4 @@
+from .compile import CompileHook
 from .dataset_check import DatasetCheckHook
 from .ema import FlexibleEMAHook
 from .non_finite_loss import NonFiniteLossHook
@@ -7,5 +8,5 @@ from .strict_load import StrictLoadHook
 from .tf32 import TF32Hook
 from .world_size import WorldSizeHook
 
-__all__ = ['DatasetCheckHook', 'FlexibleEMAHook', 'NonFiniteLossHook', 'SafeCheckpointHook', 'ShowPredictionsHook',
-           'StrictLoadHook', 'TF32Hook', 'WorldSizeHook']
+__all__ = ['CompileHook', 'DatasetCheckHook', 'FlexibleEMAHook', 'NonFiniteLossHook', 'SafeCheckpointHook',
+           'ShowPredictionsHook', 'StrictLoadHook', 'TF32Hook', 'WorldSizeHook']
