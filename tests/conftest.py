@@ -10,6 +10,9 @@ from mmengine.config import Config
 if os.environ.get('PYTEST_XDIST_WORKER'):
     os.environ['OMP_NUM_THREADS'] = os.environ['MKL_NUM_THREADS'] = '1'
 torch.set_num_threads(1 if os.environ.get('PYTEST_XDIST_WORKER') else min(2, os.cpu_count() or 1))
+# without a GPU, mmwf's Triton kernels run on the CPU through Triton's interpreter (read when a kernel is defined)
+if not torch.cuda.is_available():
+    os.environ.setdefault('TRITON_INTERPRET', '1')
 
 # Test processes only (the tools' processes are untouched): mmengine resolves every `mmdet::` / `mmseg::` /
 # `mmpretrain::` base by reading all of that package's metafiles again (about 0.4 s each, most of a config's parse

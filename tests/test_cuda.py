@@ -1,6 +1,6 @@
 """CUDA checks (``pytest -m cuda``; skipped without a CUDA device): the backbones, every attention operator, the
 neck and the two denoisers (B/2, activation checkpointing on) under fp16 / bf16 autocast against fp32 on the same
-device, the batched per-sample depthwise convolution (grouped and shift-sum) against the CPU loop, and peak memory
+device, the batched per-sample depthwise convolution (grouped, shift-sum, Triton) against the CPU loop, and peak memory
 of WF-T vs DeiT-T at 1024 and 1248.
 
 Every comparison is deterministic and in true fp32 where it says fp32: TF32 is off for each test (cuDNN runs
@@ -67,10 +67,10 @@ def test_denoiser_autocast_with_checkpointing_matches_fp32(family, dtype):
     check_autocast(Denoising(denoiser), torch.randn(4, 4, 32, 32), dtype)
 
 
-@pytest.mark.parametrize('impl', ['auto', 'grouped', 'taps', 'shift'])
+@pytest.mark.parametrize('impl', ['auto', 'grouped', 'taps', 'shift', 'triton'])
 def test_per_sample_depthwise_conv_on_cuda_matches_the_cpu_loop(impl):
-    """The batched CUDA evaluations (one grouped conv, the taps of exported graphs, the shift-sum of compiled graphs)
-    against the eager CPU per-sample loop: outputs and gradients."""
+    """The batched CUDA evaluations (one grouped conv, the taps of exported graphs, the shift-sum of compiled graphs,
+    the Triton kernels) against the eager CPU per-sample loop: outputs and gradients."""
     from mmwf.models.layers.dynamic_dwconv import per_sample_depthwise_conv
     x, w, b = torch.randn(4, 64, 23, 31), torch.randn(4, 64, 3, 3), torch.randn(64)
     leaves = [t.clone().requires_grad_() for t in (x, w, b)]
@@ -82,6 +82,22 @@ def test_per_sample_depthwise_conv_on_cuda_matches_the_cpu_loop(impl):
     torch.testing.assert_close(out.cpu(), ref, rtol=1e-4, atol=1e-4)
     for g, r in zip(grads, ref_grads):
         torch.testing.assert_close(g.cpu(), r, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16], ids=['fp32', 'bf16'])
+@pytest.mark.parametrize('shared', [False, True], ids=['per-sample', 'shared'])
+def test_triton_depthwise_conv_on_cuda_within_its_rounding(dtype, shared):
+    """The Triton kernel on the device against fp64 on the rounded inputs (WF-T's width, a 1024 grid, odd
+    batch): at most K*K + 1 fp32 roundings of the terms' magnitudes plus half an ulp of the dtype at the store."""
+    from mmwf.models.layers.dwconv_triton import per_sample_dwconv_triton
+    from tests.models.layers.test_dwconv_triton import reference
+    B, (H, W), C = 3, (64, 63), 192
+    x, taps = torch.randn(B, H * W, C).to(dtype), torch.randn(1 if shared else B, 9, C).to(dtype)
+    out = per_sample_dwconv_triton(x.to(DEVICE), (H, W), taps.to(DEVICE)).cpu().double()
+    exact = reference(x.double(), (H, W), taps.double(), None)
+    scale = reference(x.double().abs(), (H, W), taps.double().abs(), None)
+    bound = (10 * torch.finfo(torch.float32).eps / 2 + torch.finfo(dtype).eps / 2) * scale
+    assert ((out - exact).abs() <= bound).all()
 
 
 def test_dynamic_dwconv_layer_on_cuda_matches_cpu():

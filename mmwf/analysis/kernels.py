@@ -1,8 +1,8 @@
 """The evaluations of a dynamic block's operations timed against each other on one device, beside the one the kernel
 table and the cost rule pick (``tools/analysis/benchmark.py kernels``): the per-sample depthwise conv
-(:func:`~mmwf.models.layers.dynamic_dwconv.per_sample_depthwise_conv`'s four), the adaptive pooling of its
-predictor (PyTorch's op, two averaging matrices or one product over the tokens) and the Bilateral dynamic linear's
-update (factored or materialized, each in the tokens' or the core's order:
+(:func:`~mmwf.models.layers.dynamic_dwconv.per_sample_depthwise_conv`'s four, and its Triton kernel on CUDA), the
+adaptive pooling of its predictor (PyTorch's op, two averaging matrices or one product over the tokens) and the
+Bilateral dynamic linear's update (factored or materialized, each in the tokens' or the core's order:
 :func:`~mmwf.models.layers.dynamic_linear.weight_form`, whose per-element charge is the device's). Each evaluation
 is called directly, so nothing global is changed to force one."""
 from __future__ import annotations
@@ -77,8 +77,9 @@ def kernel_cases(arch: str, size: int, batch: int, device: str, mode: str) -> li
     weight.requires_grad_(training)
     leaves = [tokens, weight] if training else []
     device_type = torch.device(device)
+    impls = ('loop', 'grouped', 'taps', 'shift', *(('triton',) if device_type.type == 'cuda' else ()))
     conv = {impl: timed(lambda impl=impl: per_sample_depthwise_conv(x, weight, dwc.b, impl), leaves, training)
-            for impl in ('loop', 'grouped', 'taps', 'shift')}
+            for impl in impls}
     cases = [Case(f'per-sample depthwise conv {dwc.kernel_size}x{dwc.kernel_size}, C={dwc.dim}', conv,
                   kernel('depthwise_conv', device_type, training))]
     k = dwc.kernel_size

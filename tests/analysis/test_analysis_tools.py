@@ -82,11 +82,16 @@ def test_benchmark_tool_with_memory_and_plot(tmp_path):
     out = run('tools/analysis/benchmark.py', 'inference', '--sizes', '32', '--models', 'weightformer_t_static',
               'deit_tiny_patch16_224',
               '--rounds', '1', '--iters', '1', '--plot', str(tmp_path / 'bench.png'))
-    rows = [[c.strip() for c in r.split('|')[1:-1]] for r in out.splitlines()
+    lines = out.splitlines()
+    header = next(line for line in lines if line.startswith('| model |'))
+    columns = [c.strip() for c in header.split('|')[1:-1]]
+    rows = [dict(zip(columns, (c.strip() for c in r.split('|')[1:-1]))) for r in lines
             if r.startswith(('| weightformer_t_static', '| deit'))]
-    assert len(rows) == 2
-    for *_, img_s, _ratio, peak, act in rows:
-        assert float(img_s) > 0 and float(peak) > 100 and 0 <= float(act) <= float(peak)
+    assert len(rows) == 2 and lines[0].startswith('commit ') and 'fp32 (TF32 off), eager' in lines[1]
+    for row in rows:
+        peak, act = float(row['peak MB']), float(row['activations MB'])
+        assert float(row['img/s']) > 0 and peak > 100 and 0 <= act <= peak
+        assert float(row['FLOP ceiling'].rstrip('x')) > 0 and row['GPU busy'] == row['compile s'] == '-'
     assert (tmp_path / 'bench.png').read_bytes()[:4] == b'\x89PNG'
 
 

@@ -66,37 +66,52 @@ def pooling_matrices(x: torch.Tensor, size: int) -> torch.Tensor:
     return torch.matmul(rows, torch.matmul(x, columns.t()))
 
 
-def token_pooling_matrix(hw: tuple[int, int], size: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """(size * size, H * W): the averaging matrix of adaptive pooling to size x size over raster tokens, the
-    Kronecker product of the two sides' :func:`averaging_matrix`; built once per grid, device and dtype in eager
-    mode (the ops that build it would be launches of their own), in the graph otherwise."""
-    if implementation() == 'eager':
+def token_pooling_matrix(hw: tuple[int, int], size: int, device: torch.device, dtype: torch.dtype,
+                         keep: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The adaptive pooling to size x size over raster tokens on grid ``hw``, as (averaging, mask, inverse): the
+    (size * size, H * W) averaging matrix in ``dtype`` (the Kronecker product of the two sides'
+    :func:`averaging_matrix`), its 0/1 mask in ``dtype`` and the bins' inverse token counts (size * size, 1) in fp32
+    at least. Built once per grid, device and dtype in eager mode where ``keep`` (plain tensors: the ops that build
+    them would be launches of their own), anew otherwise (compiled, exported, tensor subclasses such as fake
+    tensors, a CUDA graph being captured)."""
+    if keep and implementation() == 'eager' and device.type != 'meta' and not (
+            device.type == 'cuda' and torch.cuda.is_current_stream_capturing()):
         return _cached_token_pooling_matrix(int(hw[0]), int(hw[1]), size, device, dtype)
     return _token_pooling_matrix(hw, size, device, dtype)
 
 
-def _token_pooling_matrix(hw: tuple[int, int], size: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    rows, columns = (averaging_matrix(n, size, device, dtype) for n in hw)
-    return (rows[:, None, :, None] * columns[None, :, None, :]).reshape(size * size, hw[0] * hw[1])
+def _token_pooling_matrix(hw: tuple[int, int], size: int, device: torch.device,
+                          dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    exact = torch.promote_types(dtype, torch.float32)
+    rows, columns = (averaging_matrix(n, size, device, exact) for n in hw)
+    averaging = (rows[:, None, :, None] * columns[None, :, None, :]).reshape(size * size, hw[0] * hw[1])
+    mask = averaging > 0
+    return averaging.to(dtype), mask.to(dtype), 1 / mask.sum(1, keepdim=True).to(exact)
 
 
 # the grids one process meets (a config's train and test sizes, a benchmark's), per device and dtype
 @lru_cache(maxsize=64)
-def _cached_token_pooling_matrix(h: int, w: int, size: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    with torch.inference_mode(False):  # a normal tensor, which autograd can save, also when first built at inference
+def _cached_token_pooling_matrix(h: int, w: int, size: int, device: torch.device,
+                                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    with torch.inference_mode(False):  # normal tensors, which autograd can save, also when first built at inference
         return _token_pooling_matrix((h, w), size, device, dtype)
 
 
 def pool_tokens_adaptive(x: torch.Tensor, hw: tuple[int, int], size: int) -> torch.Tensor:
     """Adaptive average pooling of tokens x (B, H*W, C) on grid ``hw`` to size x size: (B, size * size, C), as one
-    product with :func:`token_pooling_matrix` (broadcast over the batch: no copy of x)."""
-    return torch.matmul(token_pooling_matrix(hw, size, x.device, x.dtype), x)
+    product with the averaging matrix of :func:`token_pooling_matrix` (broadcast over the batch: no copy of x). Where
+    the product runs in fp16 / bf16 (such tokens, or autocast), whose 1 / count would bias every bin, the tokens of
+    each bin are summed by the 0/1 mask and divided by the count in fp32."""
+    averaging, mask, inverse = token_pooling_matrix(hw, size, x.device, x.dtype, keep=type(x) is torch.Tensor)
+    if x.dtype in (torch.float16, torch.bfloat16) or torch.is_autocast_enabled(x.device.type):
+        return (torch.matmul(mask, x) * inverse).to(x.dtype)
+    return torch.matmul(averaging, x)
 
 
 def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                               impl: str = 'auto') -> torch.Tensor:
     """Depthwise K x K convolution ('same' zero padding) with a kernel per sample: x (B, C, H, W), weight
-    (B, C, K, K), bias (C) -> (B, C, H, W). One operation, four evaluations, chosen by ``impl`` (``'auto'``: the
+    (B, C, K, K), bias (C) -> (B, C, H, W). One operation, five evaluations, chosen by ``impl`` (``'auto'``: the
     :func:`~.implementation.kernel` of ``'depthwise_conv'`` on x's device):
 
     - ``'loop'`` (eager CPU inference): one depthwise conv per sample on the channels-last views, the fastest there;
@@ -108,14 +123,20 @@ def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch
       trace's batch: a group count cannot depend on B): a static depthwise conv with one-hot kernels writes the K*K
       shifted maps, and one batched matrix product weighs them with the kernel taps;
     - ``'shift'`` (``torch.compile``, which fuses it into one kernel): the sum of the K*K shifted maps times their
-      kernel taps, element-wise ops generic in B, H and W.
+      kernel taps, element-wise ops generic in B, H and W;
+    - ``'triton'`` (a choice, not yet the rule's: no GPU has timed it): one Triton kernel on the tokens' layout, its
+      backward two (:mod:`.dwconv_triton`; on the CPU under ``TRITON_INTERPRET=1``).
     """
     B, C, H, W = x.shape
     k = weight.shape[-1]
     if impl == 'auto':
         impl = kernel('depthwise_conv', x.device, records_autograd(x, weight))
-        if impl == 'grouped-static':  # a symbolic batch (torch.export's dynamic dims) is not an int
-            impl = 'grouped' if isinstance(B, int) else 'taps'
+    if impl == 'grouped-static':  # a symbolic batch (torch.export's dynamic dims) is not an int
+        impl = 'grouped' if isinstance(B, int) else 'taps'
+    if impl == 'triton':  # one kernel on the tokens' layout and the taps (layers/dwconv_triton.py)
+        from .dwconv_triton import per_sample_dwconv_triton
+        taps, hw = weight.flatten(2).transpose(1, 2), (H, W)
+        return tokens_to_map(per_sample_dwconv_triton(map_to_tokens(x), hw, taps, bias), hw)
     if impl == 'loop':
         return torch.cat([F.conv2d(x[i:i + 1], weight[i].unsqueeze(1), bias, padding=k // 2, groups=C)
                           for i in range(B)])
@@ -138,7 +159,7 @@ def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch
         y = torch.matmul(weight.flatten(2).unsqueeze(2), taps).view_as(x)
         return y if bias is None else y + bias.view(1, C, 1, 1)
     if impl != 'shift':
-        raise ValueError(f"impl must be 'auto', 'loop', 'grouped', 'taps' or 'shift', got {impl!r}")
+        raise ValueError(f"impl must be 'auto', 'loop', 'grouped', 'taps', 'shift' or 'triton', got {impl!r}")
     xp = F.pad(x, (p, p, p, p))
     y = xp[:, :, :H, :W] * weight[:, :, :1, :1]
     for u in range(k):
@@ -213,8 +234,12 @@ class DynamicDWConv(nn.Module):
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         k = self.kernel_size
         taps = self.w.view(self.dim, k * k).t() + self.normalise(self.delta_taps(x, hw))  # (B, K*K, C)
+        impl = self.conv if self.conv != 'auto' else kernel('depthwise_conv', x.device, records_autograd(x, taps))
+        if impl == 'triton':  # one kernel on the tokens and the taps (layers/dwconv_triton.py)
+            from .dwconv_triton import per_sample_dwconv_triton
+            return per_sample_dwconv_triton(x, hw, taps, self.b)
         weight = tokens_to_map(taps, (k, k))  # (B, C, K, K)
-        return map_to_tokens(per_sample_depthwise_conv(tokens_to_map(x, hw), weight, self.b, self.conv))
+        return map_to_tokens(per_sample_depthwise_conv(tokens_to_map(x, hw), weight, self.b, impl))
 
     def extra_repr(self) -> str:
         return f'dim={self.dim}, kernel_size={self.kernel_size}'

@@ -38,7 +38,7 @@ KERNELS = MappingProxyType({k: MappingProxyType(v) for k, v in _KERNELS.items()}
 # a layer's attribute -> (the KERNELS operation its 'auto' resolves by, or None for a cost rule alone, the values it
 # takes besides 'auto')
 CHOICES: dict[str, tuple[str | None, tuple[str, ...]]] = {
-    'conv': ('depthwise_conv', ('loop', 'grouped', 'taps', 'shift')),  # the per-sample depthwise conv
+    'conv': ('depthwise_conv', ('loop', 'grouped', 'taps', 'shift', 'triton')),  # the per-sample depthwise conv
     'pool': ('adaptive_pool', ('native', 'matrices', 'tokens')),  # a DWConv predictor's adaptive average pooling
     'order': ('product_order', ('tokens', 'core')),  # a dynamic linear's products around X^T X
     'form': ('dynamic_weight', ('factored', 'materialized')),  # how a low-rank update is applied

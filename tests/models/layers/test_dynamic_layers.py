@@ -234,6 +234,34 @@ def test_pooling_over_the_tokens_equals_adaptive_average_pooling_on_every_grid()
         assert torch.allclose(compiled(x, (h, w), 3), expected, rtol=1e-12, atol=1e-12), (h, w)
 
 
+def test_pooling_over_the_tokens_in_bf16_is_unbiased():
+    """In bf16 (tokens or autocast) the bins are summed by a 0/1 mask and divided in fp32: each bin within two
+    roundings of bf16 of the exact mean (of the rounded tokens), and no bias common to the bins (1 / 26 rounded to
+    bf16 is 0.3 % off, which a product with the rounded averaging matrix adds to every bin of a 78 x 78 grid)."""
+    from mmwf.models.layers.dynamic_dwconv import pool_tokens_adaptive
+    x = (1 + torch.rand(4, 78 * 78, 64)).bfloat16()  # positive: no cancellation in the means
+    exact = adaptive_pool(token_grid(x.double(), (78, 78)).permute(0, 3, 1, 2), 3).flatten(2).transpose(1, 2)
+    u = torch.finfo(torch.bfloat16).eps / 2
+    for dtype, autocast in ((torch.bfloat16, False), (torch.float32, True)):
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+            pooled = pool_tokens_adaptive(x.to(dtype), (78, 78), 3).double()
+        relative = (pooled - exact) / exact
+        assert relative.abs().max() <= 2 * u, dtype
+        assert relative.mean().abs() <= u / 8, dtype
+
+
+def test_pooling_matrices_are_kept_for_plain_tensors_only():
+    """A first call on fake tensors (shape propagation) keeps nothing: a later call on real ones computes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from mmwf.models.layers.dynamic_dwconv import pool_tokens_adaptive
+    with FakeTensorMode():
+        assert pool_tokens_adaptive(torch.randn(2, 7 * 9, 4, dtype=torch.float64), (7, 9), 3).shape == (2, 9, 4)
+    x = torch.randn(2, 7 * 9, 4, dtype=torch.float64)
+    expected = adaptive_pool(token_grid(x, (7, 9)).permute(0, 3, 1, 2), 3).flatten(2).transpose(1, 2)
+    assert torch.allclose(pool_tokens_adaptive(x, (7, 9), 3), expected, rtol=1e-12, atol=1e-12)
+
+
 def test_a_tap_conv_is_the_release_1x1_conv_on_the_taps():
     """:class:`TapConv` on taps (B, K*K, C) equals the 1 x 1 conv on the (B, C, K, K) kernel, with the conv's keys."""
     from mmwf.models.layers.dynamic_dwconv import TapConv

@@ -216,7 +216,8 @@ def test_choices_are_held_by_the_layers_and_set_for_a_scope():
     with evaluation(model, form='materialized', conv='taps', order='tokens'):
         assert (block.linear1.form, block.linear1.order, block.dwc.conv) == ('materialized', 'tokens', 'taps')
     assert (block.linear1.form, block.linear1.order, block.dwc.conv) == ('factored', 'auto', 'auto')
-    with pytest.raises(ValueError, match=r"conv='tap' is not one of \('auto', 'loop', 'grouped', 'taps', 'shift'\)"):
+    with pytest.raises(ValueError,
+                       match=r"conv='tap' is not one of \('auto', 'loop', 'grouped', 'taps', 'shift', 'triton'\)"):
         with evaluation(model, conv='tap'):
             pass
     with pytest.raises(ValueError, match="'speed' is not a layer choice"):
