@@ -10,6 +10,7 @@ from tool_args import add_runner_args, load_tool_config
 import mmwf  # noqa: F401  (registers modules)
 from mmwf.engine import resume_checkpoint
 from mmwf.engine.launch import build_runner, named_annotation_errors, restored_state
+from mmwf.engine.work_dir import owned_work_dir
 from mmwf.engine.world import launcher_world_size, scale_to_world
 from mmwf.utils import check_stack, close_distributed
 
@@ -41,9 +42,9 @@ def main() -> None:
         world_size = launcher_world_size(args.launcher)
         scaled = [f'--auto-scale-lr ({world_size} processes): {line}' for line in scale_to_world(cfg, world_size)]
     try:
-        with named_annotation_errors(cfg):
+        with owned_work_dir(cfg.work_dir) as taken, named_annotation_errors(cfg):
             runner = build_runner(cfg, ('train', 'val'))
-            for line in notes:
+            for line in [*notes, *taken]:
                 runner.logger.warning(line)
             for line in scaled:
                 runner.logger.info(line)

@@ -210,10 +210,7 @@ class DetectorSession(ImageSession):
     def inputs(self, image: str) -> tuple[Tensor, dict]:
         """The preprocessed (1, 3, H, W) batch of one image file and its metainfo; the size must be the graph's."""
         inputs, meta = super().inputs(image)
-        size = tuple(self.session.get_inputs()[0].shape[2:])
-        if tuple(inputs.shape[2:]) != size:
-            raise ValueError(f'{image}: the preprocessed image is {tuple(inputs.shape[2:])}, the graph takes {size}: '
-                             'export at the size the config pads to')
+        self.check_size(inputs, image)
         return inputs, meta
 
     def predict(self, inputs: Tensor, meta: dict) -> dict[str, Tensor]:

@@ -215,6 +215,7 @@ class ImageSession:
     def __init__(self, path: str, config: str | None = None, providers: list[str] | None = None) -> None:
         import onnxruntime as ort
         from mmengine.config import Config
+        self.path = path
         self.session = ort.InferenceSession(path, providers=providers or ['CPUExecutionProvider'])
         self.metadata = dict(self.session.get_modelmeta().custom_metadata_map)
         task = self.metadata.get('mmwf.task')
@@ -233,6 +234,18 @@ class ImageSession:
         from mmwf.utils.arrays import read_image
         read_image(image)
         return preprocess(self.pipeline, self.preprocessor, image)
+
+    def check_size(self, inputs: torch.Tensor, what: str) -> None:
+        """Refuse ``inputs`` (B, 3, H, W) whose size a static graph does not take (its input's fixed dims), naming
+        ``what`` (the image), both sizes and the fix, before ONNX Runtime would fail on them in its own words."""
+        graph = self.session.get_inputs()[0].shape[2:]
+        size = tuple(inputs.shape[2:])
+        if any(isinstance(g, int) and g != s for g, s in zip(graph, size)):
+            fixed = ' x '.join(str(g) if isinstance(g, int) else 'any' for g in graph)
+            raise ValueError(f'{what}: the graph {self.path} takes {fixed} inputs (exported at that size), the '
+                             f'config\'s test preprocessing gives {size[0]} x {size[1]}: export it at this size '
+                             '(tools/deployment/pytorch2onnx.py --shape H W), with --dynamic where the task allows, '
+                             'or give the config it was exported with')
 
     def predict(self, inputs: torch.Tensor, meta: dict):
         """The prediction for one preprocessed image (``inputs`` and ``meta`` from :meth:`inputs`)."""

@@ -34,6 +34,7 @@ class SegmentorSession(ImageSession):
 
     def encode_decode(self, inputs: Tensor, size: tuple[int, int]) -> Tensor:
         """The graph's logits of ``inputs`` resized to ``size``, as the decode head's ``predict``."""
+        self.check_size(inputs, 'the image' if self.test_cfg.get('mode', 'whole') == 'whole' else 'a sliding crop')
         (logits,) = self.session.run(None, {self.name: inputs.numpy()})
         return F.interpolate(torch.from_numpy(logits), size=tuple(size), mode='bilinear',
                              align_corners=self.align_corners)

@@ -11,6 +11,20 @@ from mmwf.datasets.checks import annotation_file_error, check_dataset_paths
 from mmwf.utils.checkpoint import checkpoint_problem
 from mmwf.utils.runtime import adapt_to_device, init_cpu_distributed
 
+# the FlexibleRunner strategies that shard the model over a process group (mmengine's and mmwf's)
+SHARDING_STRATEGIES = ('FSDP', 'DeepSpeed', 'ColossalAI')
+
+
+def check_launcher(cfg: Config) -> None:
+    """Refuse, before any work, a config whose strategy shards the model over processes (FSDP, DeepSpeed) started
+    without a launcher, where torch would stop at the first collective with "default process group has not been
+    initialized"."""
+    kind = str((cfg.get('strategy') or {}).get('type', ''))
+    if cfg.get('launcher', 'none') == 'none' and any(name in kind for name in SHARDING_STRATEGIES):
+        raise ValueError(f'{cfg.filename}: strategy {kind} shards the model over processes and needs a launcher: '
+                         f'bash tools/dist_train.sh {cfg.filename} GPUS (torchrun; 1 GPU works too), or '
+                         'tools/slurm_train.sh; the config without _fsdp trains on one process')
+
 
 def build_runner(cfg: Config, splits: tuple[str, ...]):
     """Check the data of ``splits``, adapt the config to the device, start CPU distribution if asked, and build the
@@ -20,6 +34,7 @@ def build_runner(cfg: Config, splits: tuple[str, ...]):
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
+    check_launcher(cfg)
     check_dataset_paths(cfg, splits)
     adapt_to_device(cfg)
     init_cpu_distributed(cfg)

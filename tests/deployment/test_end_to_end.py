@@ -171,6 +171,10 @@ def test_segmentor_label_maps_with_a_sliding_window(images, tmp_path):
         ref, got = pytorch_label_map(module.model, inputs, meta), session(image)
         assert got.shape == (160, 224) and len(ref.unique()) > 1
         assert label_agreement(ref, got) > 0.999
+    session.test_cfg = dict(mode='whole')  # the whole 91 x 128 image into the static 64 x 64 graph
+    with pytest.raises(ValueError, match=r'the image: the graph .*seg.onnx takes 64 x 64 inputs .* gives 91 x 128: '
+                                         r'export it at this size'):
+        session(images[1][0])
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
+from mmwf.utils.checkpoint import CheckpointMismatchError
 from tests.tolerance import assert_same_computation
 from tests.tool_runner import run_tool
 
@@ -34,6 +35,9 @@ def test_student_model_and_backbone_come_out_and_load_strictly(tmp_path):
     out = torch.load(tmp_path / 'student.pth', weights_only=True)
     assert out['meta']['dataset_meta'] == meta['dataset_meta']
     student = MODELS.build(student_cfg).eval()
+    with pytest.raises(CheckpointMismatchError, match=r"'iter_300.pth' is an AttentionDistiller checkpoint .*"
+                                                      r'extract_student.py iter_300.pth student.pth'):
+        load_strict(student, distiller.state_dict(), 'iter_300.pth')  # the run's file where the student's is wanted
     load_strict(student, out['state_dict'], 'student.pth')
     image = torch.randn(1, 3, 64, 64)
     with torch.no_grad():

@@ -180,6 +180,14 @@ def test_dit_checkpoint_converter(tmp_path):
     assert 'missing keys' in res.stderr and not (tmp_path / 'bad.pth').exists()
 
 
+def test_an_fsdp_config_without_a_launcher_is_refused_before_any_work(tmp_path):
+    res = run_tool('tools/train.py', ROOT / 'configs/generation/wf_dit_b_2_in256_fsdp.py', '--work-dir', tmp_path,
+                   ok=False)
+    assert re.search(r'wf_dit_b_2_in256_fsdp.py: strategy ResumableFSDPStrategy shards the model over processes and '
+                     r'needs a launcher: bash tools/dist_train.sh .*wf_dit_b_2_in256_fsdp.py GPUS', res.stderr)
+    assert 'process group' not in res.stderr and not any(tmp_path.iterdir())  # nothing started, nothing written
+
+
 @pytest.mark.slow
 def test_fsdp_config_trains_on_two_processes_with_whole_checkpoints(workspace, tmp_path):
     """The B/2 FSDP config (at toy size, pixel space) through tools/dist_train.sh on two gloo processes:

@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from mmwf.models.backbones.base import PlainBackbone
 
 
+def pretrained_source(cfg: dict) -> str:
+    """Where timm took the pretrained weights from, by its ``pretrained_cfg``: the file, the hub model or the URL."""
+    for key, what in (('file', 'file'), ('hf_hub_id', 'Hugging Face hub model'), ('url', 'URL')):
+        if cfg.get(key):
+            return f'{what} {cfg[key]}'
+    return "the pretrained_cfg's state_dict"
+
+
 def timm_checkpoint_filter(state_dict: dict[str, torch.Tensor], model: PlainBackbone,
                            strict: bool = True) -> dict[str, torch.Tensor]:
     """timm's ``pretrained_filter_fn``, strict where timm is lenient: a whole-model checkpoint reduced to its backbone
@@ -42,8 +50,8 @@ def timm_checkpoint_filter(state_dict: dict[str, torch.Tensor], model: PlainBack
     mismatch = state_dict_mismatch(own, state)
     if mismatch and strict:
         raise CheckpointMismatchError('\n'.join([
-            f'timm pretrained weights do not match {type(model).__name__} (is the file a checkpoint of this model '
-            'and size?).', *mismatch_lines(mismatch),
+            f'timm pretrained weights ({pretrained_source(cfg)}) do not match {type(model).__name__} (is it a '
+            'checkpoint of this model and size?).', *mismatch_lines(mismatch),
             'Give the weights of this architecture (pretrained_cfg_overlay=dict(file=...)), or pass '
             'pretrained_strict=False to load what fits on purpose (what is left out is logged).']))
     if mismatch:

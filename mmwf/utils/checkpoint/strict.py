@@ -86,5 +86,15 @@ def load_strict(model: nn.Module, state: dict[str, torch.Tensor], path: str, str
     if strict and mismatch:
         raise CheckpointMismatchError('\n'.join([f'{path!r} does not match {type(model).__name__} (is it a '
                                                  'checkpoint of this architecture and size?).',
-                                                 *mismatch_lines(mismatch)]))
+                                                 *mismatch_lines(mismatch), *distiller_hint(state, path)]))
     return mismatch
+
+
+def distiller_hint(state: dict[str, torch.Tensor], path: str) -> list[str]:
+    """The way out when ``state`` is an attention-distillation run's (its keys under ``student.`` and ``teacher.``)
+    and the model is not the distiller: the student written as a checkpoint of its own. Else nothing."""
+    if not state or not all(key.startswith(('student.', 'teacher.')) for key in state):
+        return []
+    return [f'{path!r} is an AttentionDistiller checkpoint (keys under student. and teacher.): write its student as a '
+            f'checkpoint of its own with tools/model_converters/extract_student.py {path} student.pth (--backbone: '
+            'the backbone alone), then give student.pth']

@@ -261,7 +261,8 @@ def test_pretrained_weights_of_another_family_are_refused_even_with_a_new_head(t
     deit = tmp_path / 'deit.safetensors'
     save_file(DeiT('t', num_classes=1000).state_dict(), str(deit))
     overlay = dict(file=str(deit))
-    with pytest.raises(CheckpointMismatchError, match=r'do not match WeightFormer.*\nmissing keys \(160, under blocks'):
+    with pytest.raises(CheckpointMismatchError, match=rf'\(file {re.escape(str(deit))}\) do not match WeightFormer.*'
+                                                      r'\nmissing keys \(160, under blocks'):
         timm.create_model('weightformer_t', pretrained=True, num_classes=10, pretrained_cfg_overlay=overlay)
     logger, records = MMLogger.get_current_instance(), []
     handler = logging.Handler()
