@@ -15,6 +15,8 @@ NEEDS_COCO = 'COCO (the demo data stands in: tests/tools/test_train_tools.py)'
 # (page, the block's first line) -> 'run' or what it needs and where its path is tested small
 EXAMPLES = {
     ('benchmarks.md', 'python tools/analysis/benchmark.py workload'): 'minutes of CPU (tests/analysis)',
+    ('benchmarks.md', 'python tools/analysis/benchmark.py inference --models weightformer_t'): 'minutes of CPU '
+    '(tests/analysis runs the tool small; tests/tools/test_cuda_check.py its compiled steps)',
     ('get_started.md', 'make demo'): 'the whole set-up and suite (CI runs it)',
     ('get_started.md', 'pip install --no-build-isolation .'): 'a pip install (tests/test_config_export.py builds '
                                                                 'and installs the wheel, then trains with its tools)',
