@@ -23,7 +23,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help="apply the reference's rule for this number of processes (auto_scale_lr.rule: 'linear' "
                              "scales the lr and minimum lr with the global batch, 'global_batch' sets the per-GPU "
-                             "batch)")
+                             "batch), and scale an iteration-based run's iterations and schedule to the reference's "
+                             "images")
     add_runner_args(parser)
     return parser.parse_args()
 

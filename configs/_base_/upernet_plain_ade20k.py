@@ -37,7 +37,6 @@ param_scheduler = [
 default_hooks = dict(
     timer=dict(type='IterTimerHook'),
     logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
-    param_scheduler=dict(type='ParamSchedulerHook'),
     checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=1000, max_keep_ckpts=4, save_best='mIoU',
                     rule='greater'),
     sampler_seed=dict(type='DistSamplerSeedHook'),

@@ -110,5 +110,70 @@ def scale_to_world(cfg: Config, world_size: int) -> list[str]:
                 changes.append(f'param_scheduler[{i}] ({scheduler.type}) eta_min {scheduler.eta_min:g} -> '
                                f'{scheduler.eta_min * ratio:g}')
                 scheduler.eta_min *= ratio
+    changes += scale_iterations(cfg, world_size, base)
     scaling.enable, scaling.scaled_for = False, world_size
+    return changes
+
+
+def iteration_based(cfg: Config) -> bool:
+    """Whether the config's training loop counts iterations (``IterBasedTrainLoop`` or ``by_epoch=False``)."""
+    train_cfg = cfg.get('train_cfg') or {}
+    return 'max_iters' in train_cfg and (str(train_cfg.get('type', '')).startswith('IterBased')
+                                         or train_cfg.get('by_epoch') is False or 'type' not in train_cfg)
+
+
+def scaled(value: int, factor: float) -> int:
+    """An iteration count or position scaled, at least 1 where it was."""
+    return max(int(round(value * factor)), 1 if value else 0)
+
+
+def scale_iterations(cfg: Config, world_size: int, base: int) -> list[str]:
+    """An iteration-based run that sees the reference's images: with W processes x per-GPU batch n x a accumulated
+    iterations (global batch g = W n a) against the reference's global batch ``base`` (one optimizer step per
+    iteration), ``max_iters`` and the validation, checkpoint and logging intervals, counted in data iterations, are
+    multiplied by base / (W n); the iteration schedulers' positions (``begin``, ``end``, ``milestones``), counted in
+    optimizer steps (:class:`~mmwf.engine.hooks.OptimizerStepSchedulerHook`), by base / g. Epoch-based loops see the
+    reference's images per epoch: nothing to do. Returns the changes, one line each."""
+    if not iteration_based(cfg):
+        return []
+    per_iteration = world_size * int(cfg.train_dataloader.batch_size)
+    accumulated = accumulative_counts(cfg)
+    data, steps = base / per_iteration, base / (per_iteration * accumulated)
+    if data == 1 and steps == 1:
+        return []
+    changes = []
+    train_cfg = cfg.train_cfg
+    old_max = int(train_cfg.max_iters)
+    train_cfg.max_iters = scaled(old_max, data)
+    changes.append(f'train_cfg.max_iters {old_max} -> {train_cfg.max_iters} (x {data:g}: {base} images per reference '
+                   f'step over {per_iteration} per iteration; {train_cfg.max_iters // accumulated} optimizer steps of '
+                   f'{per_iteration * accumulated} images)')
+    if 'val_interval' in train_cfg:
+        old = int(train_cfg.val_interval)
+        # an interval past the end (no validation during training) stays past the new end
+        train_cfg.val_interval = train_cfg.max_iters + old - old_max if old > old_max else scaled(old, data)
+        changes.append(f'train_cfg.val_interval {old} -> {train_cfg.val_interval}')
+    hooks = cfg.get('default_hooks') or {}
+    checkpoint, logger = hooks.get('checkpoint') or {}, hooks.get('logger') or {}
+    for name, hook in (('checkpoint', checkpoint if checkpoint.get('by_epoch', True) is False else {}),
+                       ('logger', logger)):  # the logger's interval counts iterations in every loop
+        if 'interval' in hook:
+            old = int(hook.interval)
+            hook.interval = scaled(old, data)
+            changes.append(f'default_hooks.{name}.interval {old} -> {hook.interval}')
+    schedulers = cfg.get('param_scheduler') or []
+    for i, scheduler in enumerate(schedulers if isinstance(schedulers, list) else [schedulers]):
+        if scheduler.get('by_epoch', True) or steps == 1:
+            continue
+        # positions in optimizer steps: a scheduler acts on steps begin .. end - 1 and reaches its end value at
+        # end - 1 (mmengine's), so that last step is what scales; a milestone is the step the value changes at
+        moved = dict(begin=scaled(scheduler.get('begin', 0), steps))
+        if 'end' in scheduler:
+            moved['end'] = scaled(int(scheduler.end) - 1, steps) + 1
+        if 'milestones' in scheduler:
+            moved['milestones'] = [scaled(m, steps) for m in scheduler.milestones]
+        for key, value in moved.items():
+            if value != scheduler.get(key, 0):
+                changes.append(f'param_scheduler[{i}] ({scheduler.type}) {key} {scheduler.get(key, 0)} -> {value}')
+                scheduler[key] = value
     return changes

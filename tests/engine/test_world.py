@@ -103,6 +103,58 @@ def test_global_batch_rule_refuses_a_world_size_that_does_not_divide_it():
         scale_to_world(cfg, 3)
 
 
+# the reference's lr at each of its 6 steps, written out: a linear warm-up from 0.1 over steps 0-2 (mmengine's
+# LinearLR reaches its end value at end - 1), then halved from step 4
+REFERENCE_LRS = [0.01 * f for f in (0.1, 0.55, 1.0, 1.0, 0.5, 0.5)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('per_gpu, accumulated', [(2, 1), (1, 2), (1, 1)], ids=['same-batch', 'accumulating',
+                                                                                'half-batch'])
+def test_scaled_runs_on_two_processes_train_the_references_images_and_lr(tmp_path, per_gpu, accumulated):
+    """Two gloo processes, the reference's 4 images a step reached by 2 x 2, by 2 x 1 x 2 accumulated, or not
+    (2 x 1): every run sees the reference's 24 images; the first two in the reference's 6 optimizer steps at the
+    reference's lr, step by step; the half batch in 12 steps at half the lr, its schedule stretched (warm-up over
+    steps 0-4, halved from step 8)."""
+    res = run_two_ranks('tests.engine.schedule_run', tmp_path, str(per_gpu), str(accumulated))
+    assert res.returncode == 0, res.stderr[-4000:]
+    seen = json.loads((res.out / 'schedule.json').read_text())
+    assert seen['images'] == 6 * 4
+    if per_gpu * accumulated == 1:  # a global batch of 2
+        expected = [0.005 * f for f in (0.1, 0.325, 0.55, 0.775, 1.0, 1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5)]
+    else:
+        expected = REFERENCE_LRS
+    assert seen['lrs'] == pytest.approx(expected, rel=1e-9), seen['changes']
+
+
+def test_iteration_schedules_scale_to_the_references_images():
+    """Cascade (ViTDet: 64 images a step, 184,375 steps) on 8 GPUs x 4: twice the iterations, the schedule's
+    steps and intervals doubled, half the lr; on 4 GPUs x 4 x 4 accumulated: four times the iterations, the same
+    184,375 optimizer steps and schedule, the reference's lr."""
+    cfg = Config.fromfile(str(ROOT / 'configs/cascade_wf_t_coco.py'))
+    cfg.train_dataloader.batch_size = 4
+    scale_to_world(cfg, 8)
+    assert (cfg.train_cfg.max_iters, cfg.train_cfg.val_interval) == (368_750, 368_750)
+    assert (cfg.default_hooks.checkpoint.interval, cfg.default_hooks.logger.interval) == (10_000, 40)
+    warmup, steps = cfg.param_scheduler
+    assert (warmup.begin, warmup.end) == (0, 501) and steps.milestones == [327_778, 355_092]
+    assert steps.end == 368_749 and cfg.optim_wrapper.optimizer.lr == pytest.approx(5e-5)
+    cfg = Config.fromfile(str(ROOT / 'configs/cascade_wf_t_coco.py'))
+    cfg.train_dataloader.batch_size, cfg.optim_wrapper.accumulative_counts = 4, 4
+    changes = scale_to_world(cfg, 4)
+    assert cfg.train_cfg.max_iters == 737_500 and '184375 optimizer steps of 64 images' in changes[1]
+    assert cfg.param_scheduler[1].milestones == [163_889, 177_546] and cfg.param_scheduler[0].end == 251
+    assert cfg.optim_wrapper.optimizer.lr == 1e-4 and cfg.default_hooks.param_scheduler.type == (
+        'OptimizerStepSchedulerHook')
+
+
+def test_epoch_based_loops_keep_their_epochs():
+    cfg = Config.fromfile(str(ROOT / 'configs/imagenet/weightformer_t_in1k.py'))
+    epochs = cfg.train_cfg.max_epochs
+    scale_to_world(cfg, 4)
+    assert cfg.train_cfg.max_epochs == epochs and 'max_iters' not in cfg.train_cfg
+
+
 def test_scaling_needs_the_reference_batch():
     cfg = Config(dict(train_dataloader=dict(batch_size=2), optim_wrapper=dict(optimizer=dict(lr=1.0))))
     with pytest.raises(ValueError, match='no auto_scale_lr.base_batch_size'):
@@ -131,6 +183,15 @@ def test_a_global_batch_other_than_the_references_is_reported(tmp_path):
     assert "recipe scaled by the reference's 'linear' rule" in log and 'differs' not in log
     log = run_log(tmp_path / 'mmengine', auto_scale_lr=dict(enable=True, base_batch_size=8))
     assert "mmengine's auto_scale_lr scaled the lr alone by 0.5" in log
+
+
+def test_an_accumulating_run_that_was_not_scaled_says_what_it_trains(tmp_path):
+    """The reference's global batch by accumulation (4 x 2 of 8) but its iterations unscaled: the lr is right and
+    no word was said before; now the run says its images and optimizer steps against the reference's."""
+    log = run_log(tmp_path, auto_scale_lr=dict(enable=False, base_batch_size=8),
+                  optim_wrapper=dict(optimizer=dict(type='AdamW', lr=0.01), accumulative_counts=2))
+    assert ('1 iterations train 4 images in 0 optimizer steps, where the reference trains 8 in 1. '
+            'tools/train.py --auto-scale-lr scales the iterations') in log and 'differs' not in log
 
 
 def test_rank_offsets_are_not_applied_twice(tmp_path):
@@ -190,3 +251,31 @@ def test_slurm_scripts_start_one_task_per_gpu(tmp_path):
                    env=env, check=True)
     assert (tmp_path / 'args').read_text().splitlines()[-4:] == [
         str(ROOT / 'tools/test.py'), 'configs/cascade_wf_t_coco.py', 'w.pth', '--launcher=slurm']
+
+
+def test_schedules_converted_from_epochs_keep_counting_iterations():
+    """With 2 accumulated iterations, over 4 iterations: a scheduler written in iterations steps at the 2 optimizer
+    steps, one the config converts from epochs (its length in data iterations, as mmengine converts it) at all 4,
+    an epoch-based one at none."""
+    from types import SimpleNamespace
+
+    from mmwf.engine.hooks import OptimizerStepSchedulerHook
+
+    class Counting:
+        def __init__(self, by_epoch):
+            self.by_epoch, self.steps = by_epoch, 0
+
+        def step(self):
+            self.steps += 1
+    schedulers = [Counting(False), Counting(False), Counting(True)]
+    wrapper = SimpleNamespace(should_update=lambda: iteration % 2 == 1)
+    entries = [dict(type='LinearLR', by_epoch=False),
+               dict(type='CosineAnnealingLR', by_epoch=True, convert_to_iter_based=True),
+               dict(type='MultiStepLR', by_epoch=True)]
+    runner = SimpleNamespace(optim_wrapper=wrapper, param_schedulers=schedulers,
+                             cfg=Config(dict(param_scheduler=entries)))
+    hook = OptimizerStepSchedulerHook()
+    hook.before_train(runner)
+    for iteration in range(4):
+        hook.after_train_iter(runner, iteration)
+    assert [s.steps for s in schedulers] == [2, 4, 0]

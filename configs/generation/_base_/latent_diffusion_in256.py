@@ -38,7 +38,6 @@ custom_hooks = [dict(type='FlexibleEMAHook', ema_type='ExponentialMovingAverage'
 default_hooks = dict(
     timer=dict(type='IterTimerHook'),
     logger=dict(type='LoggerHook', interval=100),
-    param_scheduler=dict(type='ParamSchedulerHook'),
     checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=50_000, max_keep_ckpts=3),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     # several GPUs (docs/protocol.md): DiT seeds rank r of W with seed * W + r (train.py:121; the sampler shuffles

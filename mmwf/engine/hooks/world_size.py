@@ -3,6 +3,7 @@ the global batch is not the reference's and nothing scaled the recipe, under any
 from __future__ import annotations
 
 from mmengine.hooks import Hook
+from mmengine.runner import IterBasedTrainLoop
 from mmengine.runner.utils import set_random_seed
 
 from mmwf.engine.world import SEED_RULES, global_batch, rank_seed
@@ -54,9 +55,18 @@ class WorldSizeHook(Hook):
             return
         per_gpu, accumulated = runner.train_dataloader.batch_size, accumulative_counts(runner)
         batch, reference = global_batch(runner.world_size, per_gpu, accumulated), int(scaling['base_batch_size'])
+        run = f'global batch {batch} ({runner.world_size} processes x {per_gpu} x {accumulated} accumulated)'
+        max_iters = runner.train_loop.max_iters if isinstance(runner.train_loop, IterBasedTrainLoop) else None
+        fewer_images = max_iters is not None and runner.world_size * per_gpu != reference
+        if scaling.get('scaled_for') != runner.world_size and fewer_images:
+            # an iteration-based loop whose iterations do not each see a reference step's images
+            runner.logger.warning(
+                f'{run}: {max_iters} iterations train {max_iters * runner.world_size * per_gpu} images in '
+                f'{max_iters // accumulated} optimizer steps, where the reference trains {max_iters * reference} in '
+                f'{max_iters}. tools/train.py --auto-scale-lr scales the iterations, intervals and schedule to the '
+                "reference's images")
         if batch == reference and scaling.get('rule', 'linear') == 'global_batch':
             return
-        run = f'global batch {batch} ({runner.world_size} processes x {per_gpu} x {accumulated} accumulated)'
         if scaling.get('scaled_for') == runner.world_size:
             runner.logger.info(f"{run}: recipe scaled by the reference's {scaling.get('rule', 'linear')!r} rule "
                                f'for {runner.world_size} processes (reference batch {reference})')
