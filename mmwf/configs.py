@@ -110,6 +110,19 @@ def unfollowed_image_size(cfg: Config | ConfigDict) -> str | None:
             'mmwf.configs.follow_image_size(cfg) before building the runner.')
 
 
+def check_image_size_option(cfg: Config | ConfigDict, options: dict, source: str) -> None:
+    """Refuse an ``image_size`` override (``--cfg-options image_size=S``) that nothing in the config ``source``
+    follows: one without ``image_size_fields`` keeps the sizes its pipelines and model were written with, so the
+    option would change nothing the run uses."""
+    if 'image_size' not in (options or {}) or cfg.get('image_size_fields'):
+        return
+    held = f'its image_size ({cfg.image_size}) is' if 'image_size' in cfg else 'it has no image_size:'
+    raise ValueError(f'--cfg-options image_size={options["image_size"]}: nothing in {source} follows it ({held} '
+                     'not declared in image_size_fields), so its pipelines and model would keep their sizes. Set '
+                     'those fields in a child config, or start from a config that follows image_size (the Cascade and '
+                     'UperNet configs and their demos: python -m mmwf.configs --list)')
+
+
 def follow_image_size(cfg: Config | ConfigDict) -> list[str]:
     """Set what depends on the image size from ``cfg.image_size`` where a child config or ``--cfg-options
     image_size=S`` changed it (mmengine resolves a config's variables when it reads the file, so its crops, pads and

@@ -4,7 +4,7 @@ import os
 
 from mmengine.config import Config, DictAction
 
-from mmwf.configs import follow_image_size
+from mmwf.configs import check_image_size_option, follow_image_size
 
 
 def add_runner_args(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +21,7 @@ def load_tool_config(args: argparse.Namespace) -> Config:
     LOCAL_RANK exported for the launcher."""
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     cfg = Config.fromfile(args.config)
+    check_image_size_option(cfg, args.cfg_options, args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
     follow_image_size(cfg)  # a changed image_size (here or in a child config) reaches its crops, pads and scales

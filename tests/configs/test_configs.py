@@ -468,3 +468,16 @@ def test_a_size_no_tool_followed_is_refused_before_the_first_batch(name):
     follow_image_size(cfg)
     with pytest.raises(AttributeError, match="'model'"):  # past the size check: the stand-in runner has no model
         DatasetCheckHook().before_run(SimpleNamespace(cfg=cfg))
+
+
+@pytest.mark.parametrize('name', ['weightformer_t_in1k', 'wf_dit_s_2_in256', 'weightformer_t_cls_demo'])
+def test_an_image_size_option_that_nothing_follows_is_refused(name, tmp_path):
+    """The ImageNet and generation configs declare no image_size_fields: ``--cfg-options image_size=S`` would change
+    no crop, resize or latent size, so mmwf's tools refuse it before any work, naming the configs that follow it."""
+    from mmwf.configs import config_file
+    from tests.tool_runner import run_tool
+    res = run_tool('tools/train.py', config_file(name), '--cfg-options', 'image_size=96', '--work-dir', tmp_path,
+                   ok=False)
+    assert re.search(rf'--cfg-options image_size=96: nothing in .*{name}.py follows it .*\(the Cascade and UperNet '
+                     'configs and their demos', res.stderr), res.stderr[-1500:]
+    assert not any(tmp_path.iterdir())
