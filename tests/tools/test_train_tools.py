@@ -76,8 +76,8 @@ def test_two_process_gloo_training(demo_data, tmp_path):
     root = demo_data / 'ade'
     res = run_launch(lambda out, port: [
         'bash', 'tools/dist_train.sh', 'configs/demo/upernet_wf_t_demo.py', '2', '--work-dir', str(out),
-        '--cfg-options', 'env_cfg.dist_cfg.backend=gloo', 'train_cfg.max_iters=2', 'train_cfg.val_interval=2',
-        'default_hooks.checkpoint.interval=2', f'train_dataloader.dataset.data_root={root}',
+        '--cfg-options', 'env_cfg.dist_cfg.backend=gloo', 'train_cfg.max_iters=4', 'train_cfg.val_interval=4',
+        'default_hooks.checkpoint.interval=4', f'train_dataloader.dataset.data_root={root}',
         f'val_dataloader.dataset.data_root={root}', 'train_dataloader.batch_size=2', 'auto_scale_lr.base_batch_size=2',
         '--auto-scale-lr'], tmp_path / 'work', dict(os.environ, OMP_NUM_THREADS='1', PYTHON=sys.executable))
     log = res.stdout + res.stderr
@@ -86,8 +86,10 @@ def test_two_process_gloo_training(demo_data, tmp_path):
     work = res.out
     assert (work / 'iter_2.pth').is_file()
     lr = Config.fromfile(str(ROOT / 'configs/demo/upernet_wf_t_demo.py')).optim_wrapper.optimizer.lr
-    # 2 processes x 2 images against a reference batch of 2: the linear rule doubles the lr, and only once
+    # 2 processes x 2 images against a reference batch of 2: the linear rule doubles the lr, and only once; the
+    # reference's 4 steps of 2 images are 2 iterations of 4 (and so are the intervals)
     assert f'--auto-scale-lr (2 processes): optimizer lr {lr:g} -> {2 * lr:g} (x 2: global batch 4 / 2)' in log
+    assert '--auto-scale-lr (2 processes): train_cfg.max_iters 4 -> 2 (x 0.5' in log
     assert "recipe scaled by the reference's 'linear' rule for 2 processes" in log
     groups = torch.load(work / 'iter_2.pth', weights_only=True)['optimizer']['param_groups']
     assert max(g['initial_lr'] for g in groups) == pytest.approx(2 * lr)  # layer decay: the head's group at 1
