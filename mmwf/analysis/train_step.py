@@ -35,15 +35,15 @@ def train_step(name: str, part: str, batch: int, size: int, device: str, amp: bo
         if part != 'classifier':
             raise ValueError(f'a given network trains as a classifier, not as {part!r}')
         model = network
-        forward = protocol.prepare(model.to(device))
+        forward = protocol.prepare(model)
     elif part == 'classifier':
         model = MODELS.build(dict(classifier_config(name), out_type='timm'))
-        forward = protocol.prepare(model.to(device))
+        forward = protocol.prepare(model)
     else:
         cfg = backbone_config(name)
         backbone = MODELS.build(dict(cfg, out_indices=(-1,), final_norm=False))
         neck = SimpleFeaturePyramid(backbone.embed_dims)
-        model = nn.ModuleList([backbone, neck]).to(device)
+        model = nn.ModuleList([backbone, neck])
         compiled_backbone, compiled_neck = protocol.prepare(backbone), protocol.prepare(neck)
 
         def forward(x):
