@@ -100,6 +100,33 @@ def test_triton_depthwise_conv_on_cuda_within_its_rounding(dtype, shared):
     assert ((out - exact).abs() <= bound).all()
 
 
+@pytest.mark.parametrize('act', [False, True], ids=['linear', 'gelu'])
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16], ids=['fp32', 'bf16'])
+def test_triton_dynamic_linear_on_cuda_within_its_rounding(dtype, act):
+    """The fused dynamic linear on the device (WF-T's first linear, 192 -> 768, rank 48, a 64 x 63 grid, odd batch)
+    against fp64 on the rounded operands: the bound of the interpreter's test with half an ulp at the store (a GPU
+    rounds to nearest), TF32 off as torch's default; and its gradients against the einsum reference in fp32."""
+    from mmwf.models.layers.dynamic_linear_triton import low_rank_linear_triton
+    from tests.models.layers.test_dynamic_linear_triton import reference
+    B, N, cin, k, cout = 3, 64 * 63, 192, 48, 768
+    ops = [torch.randn(*s).to(dtype) for s in ((B, N, cin), (cin, cout), (cout,), (1, cin, k), (B, k, cout))]
+    out = low_rank_linear_triton(*(t.to(DEVICE) for t in ops), act).cpu().double()
+    d = [t.double() for t in ops]
+    exact = reference(*d, act)
+    xa, wa, ba, la, ra = (t.abs() for t in d)
+    u32, ulp = torch.finfo(torch.float32).eps / 2, torch.finfo(dtype).eps
+    magnitude = xa @ wa + (xa @ la) @ ra + ba
+    bound = (cin + k + 2) * u32 * magnitude + (ulp / 2 + cin * u32) * ((xa @ la) @ ra)
+    if act:
+        bound = 1.13 * bound + 8 * u32 * magnitude
+    assert ((out - exact).abs() <= bound + ulp / 2 * exact.abs()).all()
+    leaves = [t.float().to(DEVICE).requires_grad_() for t in ops]
+    grads = torch.autograd.grad(low_rank_linear_triton(*leaves, act).square().sum(), leaves)
+    expected = torch.autograd.grad(reference(*leaves, act).square().sum(), leaves)
+    for g, r in zip(grads, expected, strict=True):  # fp32 sums over up to 12,096 terms, in two orders
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5 * r.abs().max().item())
+
+
 def test_dynamic_dwconv_layer_on_cuda_matches_cpu():
     layer = AdaptiveDynamicDWConv(64)
     hw = (23, 31)

@@ -3,8 +3,10 @@ table and the cost rule pick (``tools/analysis/benchmark.py kernels``): the per-
 (:func:`~mmwf.models.layers.dynamic_dwconv.per_sample_depthwise_conv`'s four, and its Triton kernel on CUDA), the
 adaptive pooling of its predictor (PyTorch's op, two averaging matrices or one product over the tokens) and the
 Bilateral dynamic linear's update (factored or materialized, each in the tokens' or the core's order:
-:func:`~mmwf.models.layers.dynamic_linear.weight_form`, whose per-element charge is the device's). Each evaluation
-is called directly, so nothing global is changed to force one."""
+:func:`~mmwf.models.layers.dynamic_linear.weight_form`, whose per-element charge is the device's; and on CUDA the
+factored form's Triton kernel). Each evaluation is called directly, so nothing global is changed to force one.
+Beside the times, each operation's memory time: the bytes it must move (:func:`io_bytes`) over the copy bandwidth
+measured on the device (:func:`copy_bandwidth`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,6 +25,8 @@ from mmwf.models.layers.dynamic_linear import weight_form
 from mmwf.models.layers.implementation import kernel
 from mmwf.models.layers.tokens import tokens_to_map
 
+from .timing import time_call
+
 MODES = ('inference', 'training')
 
 
@@ -36,16 +40,35 @@ def first_dynamic_block(arch: str) -> nn.Module:
 
 class Case:
     """One operation at one shape and mode: its evaluations by name (each a call that runs it, with its backward in
-    training) and the name the rule picks there.
+    training), the name the rule picks there and the bytes any evaluation must move (:func:`io_bytes`).
 
     Args:
         operation (str): what is computed.
         evaluations (dict[str, Callable]): name -> a call computing it that way.
         rule (str): the evaluation the kernel table / cost rule takes for this shape, device and mode.
+        bytes (int): the operation's inputs and outputs, each moved once (:func:`io_bytes`).
     """
 
-    def __init__(self, operation: str, evaluations: dict[str, Callable[[], object]], rule: str) -> None:
-        self.operation, self.evaluations, self.rule = operation, evaluations, rule
+    def __init__(self, operation: str, evaluations: dict[str, Callable[[], object]], rule: str, bytes: int) -> None:
+        self.operation, self.evaluations, self.rule, self.bytes = operation, evaluations, rule, bytes
+
+
+def io_bytes(inputs: list[torch.Tensor], outputs: list[torch.Tensor], training: bool) -> int:
+    """The bytes an operation moves at the least: in inference its inputs read and its outputs written once; in
+    training also the backward's, the outputs' gradients and the inputs read again and the inputs' gradients written
+    (each input differentiated: 3 x inputs + 2 x outputs). Over a device's bandwidth, its memory time."""
+    size = sum(t.numel() * t.element_size() for t in inputs), sum(t.numel() * t.element_size() for t in outputs)
+    return 3 * size[0] + 2 * size[1] if training else size[0] + size[1]
+
+
+def copy_bandwidth(device: str, megabytes: int = 256, rounds: int = 5) -> float:
+    """Bytes per second a copy of a ``megabytes`` buffer moves on ``device`` (read and write; the median of
+    ``rounds``): the bandwidth the memory times are taken against, measured where they are."""
+    src = torch.empty(megabytes * 2 ** 20, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    seconds = sorted(time_call(lambda: dst.copy_(src), device) for _ in range(rounds))[rounds // 2]
+    return 2 * src.numel() / seconds
 
 
 def timed(fn: Callable[[], torch.Tensor], leaves: list[torch.Tensor], training: bool) -> Callable[[], object]:
@@ -80,24 +103,27 @@ def kernel_cases(arch: str, size: int, batch: int, device: str, mode: str) -> li
     impls = ('loop', 'grouped', 'taps', 'shift', *(('triton',) if device_type.type == 'cuda' else ()))
     conv = {impl: timed(lambda impl=impl: per_sample_depthwise_conv(x, weight, dwc.b, impl), leaves, training)
             for impl in impls}
+    taps = weight.flatten(1)
     cases = [Case(f'per-sample depthwise conv {dwc.kernel_size}x{dwc.kernel_size}, C={dwc.dim}', conv,
-                  kernel('depthwise_conv', device_type, training))]
+                  kernel('depthwise_conv', device_type, training), io_bytes([tokens, taps], [tokens], training))]
     k = dwc.kernel_size
     pool = {'native': timed(lambda: F.adaptive_avg_pool2d(x, k), [tokens] if training else [], training),
             'matrices': timed(lambda: pooling_matrices(x, k), [tokens] if training else [], training),
             'tokens': timed(lambda: pool_tokens_adaptive(tokens, hw, k), [tokens] if training else [], training)}
     with torch.set_grad_enabled(training):
         pool_rule = adaptive_pool_kernel(x)
-    cases.append(Case(f'adaptive pooling to {k}x{k}', pool, pool_rule))
+    cases.append(Case(f'adaptive pooling to {k}x{k}', pool, pool_rule,
+                      io_bytes([tokens], [taps], training)))
     a, b = linear.predict(tokens, hw)
     a, b = a.detach().requires_grad_(training), b.detach().requires_grad_(training)
     leaves = [tokens, a, b] if training else []
     update = {}
-    for form in ('factored', 'materialized'):
+    forms = ('factored', 'materialized', *(('fused',) if device_type.type == 'cuda' else ()))
+    for form in forms:
         for order in ('tokens', 'core'):
-            if form == 'factored':
-                def fn(order=order) -> torch.Tensor:
-                    return linear.apply_factors(tokens, *linear.factors(a, b, order))
+            if form != 'materialized':
+                def fn(order=order, fused=form == 'fused') -> torch.Tensor:
+                    return linear.apply_factors(tokens, *linear.factors(a, b, order), fused=fused)
             else:
                 def fn(order=order) -> torch.Tensor:
                     return linear.apply_update(tokens, linear.product(a, b, order))
@@ -105,5 +131,7 @@ def kernel_cases(arch: str, size: int, batch: int, device: str, mode: str) -> li
     costs = linear.costs(a.shape[1], tokens.shape[1])
     form, order = weight_form(costs, linear.order, linear.in_features * linear.out_features, training, linear.form,
                               device_type.type)
-    cases.append(Case(f'Bilateral update, {linear.in_features}->{linear.out_features}', update, f'{form} / {order}'))
+    out = tokens.new_empty(*tokens.shape[:2], linear.out_features)
+    cases.append(Case(f'Bilateral update, {linear.in_features}->{linear.out_features}', update, f'{form} / {order}',
+                      io_bytes([tokens, a, b, linear.w], [out], training)))
     return cases

@@ -12,7 +12,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = ['cuda-tests', 'table3', 'table3-compiled', 'train-imagenet-compiled', 'table3-bf16', 'table3-unfused',
          'train-imagenet', 'train-cascade-compiled', 'train-cascade', 'train-upernet', 'train-wf-dit-bf16',
-         'train-wf-dit-fp16', 'generation', 'kernels', 'profile', 'engine-split', 'onnx-fp32', 'onnx-fp16', 'nccl']
+         'train-wf-dit-fp16', 'generation', 'kernels', 'triton', 'train-imagenet-triton', 'profile', 'engine-split',
+         'onnx-fp32', 'onnx-fp16', 'nccl']
 CUDA_ONLY = ['onnx-fp32', 'onnx-fp16', 'nccl']  # ONNX Runtime's CUDA provider, NCCL
 DEIT_T = 'deit_tiny_patch16_224'
 

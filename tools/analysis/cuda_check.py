@@ -100,6 +100,7 @@ def steps(out: str, dry_run: bool) -> list[Step]:
     gen = ['--sizes', 8 if dry_run else 32, '--batch', 2 if dry_run else 32, '--device', dev, *rounds]
     gen_no_memory = ['--no-memory'] if dry_run else []
     dit = 'S/2' if dry_run else 'B/2'
+    interpret = dict(TRITON_INTERPRET='1') if dry_run else {}  # the Triton kernels on the CPU
     return [
         Step('cuda-tests', 'tests/test_cuda.py (pytest -m cuda)',
              [sys.executable, '-m', 'pytest', '-m', 'cuda', 'tests/test_cuda.py', '-p', 'no:cacheprovider', '-q',
@@ -140,6 +141,12 @@ def steps(out: str, dry_run: bool) -> list[Step]:
         Step('kernels', "the dynamic layers' evaluations timed, and the rule's pick",
              tool('kernels', '--models', WF_T, '--sizes', *sizes, '--batch', *batch,
                   *rounds, '--device', dev), 90),
+        Step('triton', "WF-T with the dynamic layers' Triton kernels (+triton) beside WF-T and DeiT-T, eager fp32",
+             tool('inference', '--models', WF_T, f'{WF_T}+triton', DEIT_T, *table3), 90, env=interpret),
+        Step('train-imagenet-triton', f'the ImageNet training step with the Triton kernels, batch {cls_batch} at '
+             f'{cls_size}, AMP', tool('train', '--models', WF_T, f'{WF_T}+triton', 'deit_t_softmax', '--part',
+                                      'classifier', '--batch', cls_batch, '--size', cls_size, '--amp', '--device',
+                                      dev, *rounds, '--iters', 1 if dry_run else 3), 90, env=interpret),
         Step('profile', 'WF-DiT vs DiT S/2 training step by phase and operator group',
              tool('generation', '--profile', '--archs', 'S/2', '--modes', 'train', *gen), 60),
         Step('engine-split', "one block's token mixer against its channel mixer",

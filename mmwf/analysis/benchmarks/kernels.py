@@ -1,6 +1,6 @@
 """``benchmark.py kernels``: each operation of a dynamic block (the per-sample depthwise conv, the adaptive pooling,
 the Bilateral linear's update) timed in every evaluation mmwf has for it, inference and training, beside the one
-the layers' rule picks on that device (:mod:`mmwf.analysis.kernels`)."""
+the layers' rule picks on that device and the operation's memory time (:mod:`mmwf.analysis.kernels`)."""
 from __future__ import annotations
 
 import statistics
@@ -15,15 +15,18 @@ from .inference import parse_batches
 def bench_kernels(names: list[str], sizes: list[int], batches: dict[int, int], rounds: int, device: str) -> None:
     """One markdown table: per model, size and mode, each operation's evaluations (median ms of ``rounds``
     interleaved rounds), the rule's pick, the fastest, and the rule's time over the fastest."""
-    from mmwf.analysis.kernels import MODES, kernel_cases
+    from mmwf.analysis.kernels import MODES, copy_bandwidth, kernel_cases
     archs = {name: name.removeprefix('weightformer_') for name in names}
     if any(arch not in ('t', 's', 'b') for arch in archs.values()):
         raise SystemExit('kernels times WeightFormer\'s dynamic layers: give weightformer_t, weightformer_s or '
                          f'weightformer_b, not {" ".join(n for n, a in archs.items() if a not in ("t", "s", "b"))}')
+    bandwidth = copy_bandwidth(device)
     print(f'device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}, {rounds} rounds, '
-          'median ms; the rule: the kernel table and the cost rule on this device')
-    print('| model | input | batch | mode | operation | ms by evaluation | rule picks | fastest | rule / fastest |')
-    print('|---|---|---|---|---|---|---|---|---|')
+          'median ms; the rule: the kernel table and the cost rule on this device; memory time: the bytes each '
+          f'operation must move over the copy bandwidth measured here, {bandwidth / 1e9:.0f} GB/s')
+    print('| model | input | batch | mode | operation | ms by evaluation | rule picks | fastest | rule / fastest '
+          '| memory time ms | fastest / memory time |')
+    print('|---|---|---|---|---|---|---|---|---|---|---|')
     for name, arch in archs.items():
         for size in sizes:
             batch = batches.get(size, 1)
@@ -33,8 +36,10 @@ def bench_kernels(names: list[str], sizes: list[int], batches: dict[int, int], r
                     ms = {n: statistics.median(t) * 1e3 for n, t in zip(case.evaluations, times)}
                     fastest = min(ms, key=ms.get)
                     cells = ', '.join(f'{n} {t:.3f}' for n, t in ms.items())
+                    memory_ms = case.bytes / bandwidth * 1e3
                     print(f'| {name} | {size} | {batch} | {mode} | {case.operation} | {cells} | {case.rule} | '
-                          f'{fastest} | {ms[case.rule] / ms[fastest]:.2f}x |', flush=True)
+                          f'{fastest} | {ms[case.rule] / ms[fastest]:.2f}x | {memory_ms:.4f} | '
+                          f'{ms[fastest] / memory_ms:.1f}x |', flush=True)
 
 
 def add_arguments(parser) -> None:

@@ -93,7 +93,11 @@ class WeightFormerBlock(nn.Module):
         """The MLP branch on its normalised input z (B, H*W, C), before stochastic depth and the residual:
         drop(linear2(drop(act(linear1(z))))) (``inplace``: the activation in place on linear1's fresh output;
         ``fused``: a GELU MLP whose ``linear2`` is static and without dropout through
-        :func:`~mmwf.models.layers.gelu_linear`)."""
+        :func:`~mmwf.models.layers.gelu_linear`; in inference, GELU in linear1's own evaluation where it takes it:
+        the Triton kernel's epilogue)."""
+        if inplace and self.act is not None and getattr(self.linear1, 'gelu_epilogue', False):
+            y = self.drop(self.linear1(z, hw, gelu=True))
+            return self.drop(self.linear2(y, hw, z) if self.linear2_context else self.linear2(y, hw))
         y = self.linear1(z, hw)
         if fused and self.act is not None and type(self.linear2) is StaticLinear and not self.drop.p:
             return gelu_linear(y, self.linear2, inplace=inplace)

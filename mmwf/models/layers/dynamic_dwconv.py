@@ -17,7 +17,7 @@ from torch.nn.init import trunc_normal_
 
 from mmwf.registry import MODELS
 
-from .implementation import check_choice, implementation, kernel, records_autograd
+from .implementation import check_choice, implementation, in_graph, kernel, records_autograd
 from .tokens import map_to_tokens, tokens_to_map
 
 
@@ -125,10 +125,12 @@ def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch
     - ``'shift'`` (``torch.compile``, which fuses it into one kernel): the sum of the K*K shifted maps times their
       kernel taps, element-wise ops generic in B, H and W;
     - ``'triton'`` (a choice, not yet the rule's: no GPU has timed it): one Triton kernel on the tokens' layout, its
-      backward two (:mod:`.dwconv_triton`; on the CPU under ``TRITON_INTERPRET=1``).
+      backward two (:mod:`.dwconv_triton`; on the CPU under ``TRITON_INTERPRET=1``); traced and exported graphs
+      take their own entry instead (:func:`~.implementation.in_graph`).
     """
     B, C, H, W = x.shape
     k = weight.shape[-1]
+    impl = in_graph(impl)
     if impl == 'auto':
         impl = kernel('depthwise_conv', x.device, records_autograd(x, weight))
     if impl == 'grouped-static':  # a symbolic batch (torch.export's dynamic dims) is not an int
@@ -234,7 +236,8 @@ class DynamicDWConv(nn.Module):
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         k = self.kernel_size
         taps = self.w.view(self.dim, k * k).t() + self.normalise(self.delta_taps(x, hw))  # (B, K*K, C)
-        impl = self.conv if self.conv != 'auto' else kernel('depthwise_conv', x.device, records_autograd(x, taps))
+        conv = in_graph(self.conv)
+        impl = conv if conv != 'auto' else kernel('depthwise_conv', x.device, records_autograd(x, taps))
         if impl == 'triton':  # one kernel on the tokens and the taps (layers/dwconv_triton.py)
             from .dwconv_triton import per_sample_dwconv_triton
             return per_sample_dwconv_triton(x, hw, taps, self.b)

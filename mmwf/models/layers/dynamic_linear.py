@@ -15,7 +15,7 @@ from torch.nn.init import trunc_normal_
 
 from mmwf.registry import MODELS
 
-from .implementation import check_choice, choice_device_type, kernel, records_autograd
+from .implementation import check_choice, choice_device_type, in_graph, kernel, records_autograd
 from .tokens import pool_tokens
 
 
@@ -48,22 +48,33 @@ ELEMENT_PASS_COST = MappingProxyType({'cpu': 8, 'cuda': 0})
 ELEMENT_PASSES = {False: 3, True: 12}
 
 
+# the form whose multiply-adds another form's are: the fused kernel computes the factored form's products
+FORM_COSTS = MappingProxyType({'fused': 'factored'})
+
+
 def weight_form(costs: dict[str, dict[str, int]], order: str, weight_elements: int,
                 autograd: bool, form: str = 'auto', device_type: str = 'cpu') -> tuple[str, str]:
     """(form, order) in which a dynamic linear with a low-rank update applies it: the form is ``form``, or for
     ``'auto'`` the :func:`~.implementation.kernel` of ``'dynamic_weight'``, and for ``'cheaper'`` the one whose
     multiply-adds (``costs[form][order]``) are the fewer once the materialized form is charged its passes over the
     ``weight_elements`` (Cin * Cout) of each sample's weight on ``device_type`` (:data:`ELEMENT_PASS_COST`; the
-    CPU's for another device; ``'factored'`` on a tie); the order is :func:`product_order`'s within that form."""
+    CPU's for another device; ``'factored'`` on a tie); the order is :func:`product_order`'s within that form
+    (``'fused'``, the factored form in one Triton kernel, orders as ``'factored'``)."""
     form = kernel('dynamic_weight') if form == 'auto' else form
     forms = ('factored', 'materialized') if form == 'cheaper' else (form,)
-    orders = {f: product_order(order, costs[f]['tokens'], costs[f]['core']) for f in forms}
+    orders = {f: product_order(order, costs[FORM_COSTS.get(f, f)]['tokens'], costs[FORM_COSTS.get(f, f)]['core'])
+              for f in forms}
     if form == 'cheaper':
         factored, materialized = (costs[f][orders[f]] for f in forms)
         charge = ELEMENT_PASS_COST.get(device_type, ELEMENT_PASS_COST['cpu'])
         passes = charge * ELEMENT_PASSES[autograd] * weight_elements
         form = 'factored' if factored <= materialized + passes else 'materialized'
     return form, orders[form]
+
+
+def gelu_output(y: torch.Tensor) -> torch.Tensor:
+    """GELU of a layer's fresh output y: in place where autograd does not record it (nothing else holds y)."""
+    return F.gelu(y) if records_autograd(y) else torch.ops.aten.gelu_(y)
 
 
 def gram_column_norms(gram: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
@@ -136,12 +147,18 @@ class DynamicLinear(nn.Module):
         return y
 
     def apply_factors(self, x: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
-                      gram: torch.Tensor) -> torch.Tensor:
-        """:meth:`apply_update` for dW = left right of rank K, left (B or 1, Cin, K), right (B, K, Cout), gram =
-        left^T left, without a weight per sample: x w + b + ((x left) right) / (||dW||_col + 1), the column norms
-        from the Gram matrix (:func:`gram_column_norms`)."""
+                      gram: torch.Tensor, fused: bool = False, gelu: bool = False) -> torch.Tensor:
+        """:meth:`apply_update` for dW = left right of rank K, left (B or 1, Cin, K) or (Cin, K), right (B, K, Cout),
+        gram = left^T left, without a weight per sample: x w + b + ((x left) right) / (||dW||_col + 1), the column
+        norms from the Gram matrix (:func:`gram_column_norms`); ``fused``: in one Triton kernel
+        (:func:`~.dynamic_linear_triton.low_rank_linear_triton`); ``gelu``: GELU of that (in the kernel's epilogue
+        when ``fused``)."""
         norm = gram_column_norms(gram, right).to(right.dtype)  # (B, 1, Cout)
-        return torch.baddbmm(F.linear(x, self.w.t(), self.b), torch.matmul(x, left), right / (norm + 1))
+        if fused:
+            from .dynamic_linear_triton import low_rank_linear_triton
+            return low_rank_linear_triton(x, self.w, self.b, left, right / (norm + 1), gelu)
+        y = torch.baddbmm(F.linear(x, self.w.t(), self.b), torch.matmul(x, left), right / (norm + 1))
+        return gelu_output(y) if gelu else y
 
     def extra_repr(self) -> str:
         extra = f', context_features={self.context_features}' if self.context_features != self.in_features else ''
@@ -269,12 +286,15 @@ class BilateralDynamicLinear(DynamicLinear):
         order (str): ``'auto'``, ``'tokens'`` or ``'core'``. Defaults to ``'auto'``.
         context_features (int, optional): Cx, the width of X when it is a context (see :class:`DynamicLinear`).
             Defaults to None (Cx = Cin).
-        form (str): ``'factored'`` (never a weight per sample), ``'materialized'`` (the release's weight per
-            sample) or ``'auto'`` (:func:`weight_form`). Defaults to ``'auto'``.
+        form (str): ``'factored'`` (never a weight per sample), ``'fused'`` (the factored form in one Triton
+            kernel: :mod:`.dynamic_linear_triton`; a choice, not yet the rule's: no GPU has timed it; traced and
+            exported graphs take their own entry), ``'materialized'`` (the release's weight per sample) or
+            ``'auto'`` (:func:`weight_form`). Defaults to ``'auto'``.
         update (str): see :class:`DynamicLinear`. Defaults to ``'auto'``.
     """
 
     choices = ('update', 'order', 'form')
+    gelu_epilogue = True  # forward(..., gelu=True) returns GELU of the output (the Triton kernel's epilogue)
 
     def __init__(self, in_features: int, out_features: int, ratio: int = 4, order: str = 'auto',
                  context_features: int | None = None, form: str = 'auto', update: str = 'auto') -> None:
@@ -328,17 +348,19 @@ class BilateralDynamicLinear(DynamicLinear):
         right = torch.matmul(torch.matmul(a.transpose(1, 2), b), self.w2)  # (B, Cin/r, Cout)
         return self.w1.t(), right, torch.matmul(self.w1, self.w1.t())
 
-    def forward(self, x: torch.Tensor, hw: tuple[int, int], context: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, hw: tuple[int, int], context: torch.Tensor | None = None,
+                gelu: bool = False) -> torch.Tensor:
         """As :class:`DynamicLinear`, with the update applied in the :func:`weight_form` and order that cost the
-        least (:meth:`costs`)."""
+        least (:meth:`costs`); ``gelu``: GELU of the output (an MLP's first linear, where nothing else reads it)."""
         a, b = self.predict(x if context is None else context, hw)
         costs = self.costs(a.shape[1], x.shape[1])
         form, order = weight_form(costs, self.order, self.in_features * self.out_features,
-                                  records_autograd(x, self.w), self.form,
+                                  records_autograd(x, self.w), in_graph(self.form),
                                   choice_device_type(x.device))
-        if form == 'factored':
-            return self.apply_factors(x, *self.factors(a, b, order))
-        return self.apply_update(x, self.product(a, b, order))
+        if form in ('factored', 'fused'):
+            return self.apply_factors(x, *self.factors(a, b, order), fused=form == 'fused', gelu=gelu)
+        y = self.apply_update(x, self.product(a, b, order))
+        return gelu_output(y) if gelu else y
 
 
 @MODELS.register_module()

@@ -7,7 +7,8 @@ attribute set at construction (:data:`CHOICES`: ``conv``, ``pool``, ``form``, ``
 running :func:`implementation` (eager, traced, exported, compiled) for the device and whether autograd records, and
 where the entry says so, the cost model beside the operation (``'cheaper'``: :func:`~.dynamic_linear.product_order`,
 :func:`~.dynamic_linear.weight_form`). The table is read-only; :func:`evaluation` sets layers' choices for a
-block of code (tracing, export, counting, tests) and restores them.
+block of code (tracing, export, counting, tests) and restores them. The Triton kernels (:data:`OWN_KERNELS`) hold in
+eager and compiled code; traced and exported graphs keep the reference evaluations (:func:`in_graph`).
 """
 from __future__ import annotations
 
@@ -41,10 +42,21 @@ CHOICES: dict[str, tuple[str | None, tuple[str, ...]]] = {
     'conv': ('depthwise_conv', ('loop', 'grouped', 'taps', 'shift', 'triton')),  # the per-sample depthwise conv
     'pool': ('adaptive_pool', ('native', 'matrices', 'tokens')),  # a DWConv predictor's adaptive average pooling
     'order': ('product_order', ('tokens', 'core')),  # a dynamic linear's products around X^T X
-    'form': ('dynamic_weight', ('factored', 'materialized')),  # how a low-rank update is applied
+    'form': ('dynamic_weight', ('factored', 'materialized', 'fused')),  # how a low-rank update is applied
     'update': ('weight_update', ('addcdiv', 'div-add')),  # how a weight formed per sample adds its update
     'outer': (None, ('left', 'right')),  # Deep (eq. 7): (W1 inner) W4 or W1 (inner W4), cheaper by product_cost
 }
+
+
+# the evaluations that are kernels of mmwf's own (Triton): they run in eager and compiled code; a traced or exported
+# graph, where they have no form (TorchScript, ONNX), takes its implementation's entry (the reference evaluation)
+OWN_KERNELS = frozenset({'triton', 'fused'})
+
+
+def in_graph(value: str) -> str:
+    """A layer's choice ``value`` as the running :func:`implementation` can take it: ``'auto'`` for one of
+    :data:`OWN_KERNELS` in traced and exported graphs, else ``value``."""
+    return 'auto' if value in OWN_KERNELS and implementation() not in ('eager', 'compiled') else value
 
 
 def check_choice(name: str, value: str) -> str:
