@@ -39,11 +39,12 @@ EXAMPLES = {
     ('guides/linear_attention_vits.md', "_base_ = './my_mask_rcnn_deit_b_relu.py'"): 'a config of the reader\'s '
                                                                                   '(tests/configs/test_configs.py)',
     ('guides/your_project.md', 'python -m mmwf.configs --list'): 'run',
-    ('guides/your_project.md', '# configs/my_det.py'): 'run',
+    ('guides/your_project.md', '# configs/my_det.py'): 'run (tests/test_config_export.py)',
     ('guides/your_project.md', 'python tools/train.py configs/cascade_wf_t_coco.py'): NEEDS_COCO,
     ('guides/your_project.md', '# configs/small.py'): 'run',
     ('guides/your_project.md', 'from mmdet.apis import DetInferencer'): 'run',
-    ('guides/your_project.md', "custom_imports = dict(imports=['mmwf']"): 'run',
+    ('guides/your_project.md', '# configs/mask_rcnn_wf_t.py'): 'run',
+    ('guides/your_project.md', '# configs/my_seg.py'): 'run (tests/test_config_export.py)',
 }
 
 
@@ -86,16 +87,31 @@ def test_the_config_examples_of_your_project_run(tmp_path):
     assert small.train_dataloader.dataset.pipeline[4].crop_size == (256, 256)
 
 
-@pytest.mark.parametrize('first', ["custom_imports = dict(imports=['mmwf']"])
-def test_a_config_with_our_modules_builds(first, tmp_path):
-    """The guide's fragment, as a project's config with mmdet's default scope: our modules build by their names."""
-    (tmp_path / 'fragment.py').write_text(block('guides/your_project.md', first))
-    cfg = Config.fromfile(str(tmp_path / 'fragment.py'))
+def test_our_backbone_in_mmdets_own_config_trains_a_step(tmp_path):
+    """The guide's config on mmdet's Mask R-CNN config, as printed: our backbone and pyramid replace ResNet and FPN
+    (the merge keeps none of their keys), the detector and the layer-decay optimizer build in mmdet's scope, and one
+    training step on mmdet's demo inputs gives finite losses."""
+    import torch
     from mmdet.registry import MODELS
-    backbone = MODELS.build(dict(cfg.model.backbone, init_cfg=None))
-    neck = MODELS.build(cfg.model.neck)
-    assert type(backbone).__name__ == 'WeightFormer' and type(neck).__name__ == 'SimpleFeaturePyramid'
-    assert cfg.optim_wrapper.constructor == 'LayerDecayOptimWrapperConstructor'
+    from mmdet.testing import demo_mm_inputs
+    from mmdet.utils import register_all_modules
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import DefaultScope
+    text = block('guides/your_project.md', '# configs/mask_rcnn_wf_t.py')
+    (tmp_path / 'configs').mkdir()
+    (tmp_path / 'configs/mask_rcnn_wf_t.py').write_text(text)
+    cfg = Config.fromfile(str(tmp_path / 'configs/mask_rcnn_wf_t.py'))
+    assert set(cfg.model.backbone) == {'type', 'arch', 'out_indices', 'drop_path_rate', 'init_cfg'}
+    assert cfg.optim_wrapper.optimizer == dict(type='AdamW', lr=1e-4, weight_decay=0.1)
+    register_all_modules(init_default_scope=False)
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        model = MODELS.build(dict(cfg.model, backbone=dict(cfg.model.backbone, init_cfg=None)))
+        optim = build_optim_wrapper(model, cfg.optim_wrapper)
+    assert type(model.backbone).__name__ == 'WeightFormer' and type(model.neck).__name__ == 'SimpleFeaturePyramid'
+    torch.manual_seed(0)
+    packed = demo_mm_inputs(2, [[3, 128, 96]] * 2, num_classes=80, with_mask=True)
+    losses = model.train_step(dict(inputs=[p for p in packed['inputs']], data_samples=packed['data_samples']), optim)
+    assert losses and all(torch.isfinite(v).all() for v in losses.values())
 
 
 @pytest.mark.slow
