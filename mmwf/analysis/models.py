@@ -24,6 +24,8 @@ def kernel_variant(cfg: dict, variant: str) -> dict:
         raise ValueError(f'+{variant} is not a kernel variant of {cfg["type"]}: WeightFormer\'s names take '
                          f'{", ".join("+" + v for v in KERNEL_VARIANTS)}')
     defaults = inspect.signature(WeightFormer).parameters
+    if not cfg.get('dynamic_blocks', True):
+        raise ValueError(f'+{variant}: this WeightFormer has no dynamic blocks, so no layer takes the kernels')
     cfg = dict(cfg)
     for key, choices in KERNEL_VARIANTS[variant].items():
         layer = cfg.get(key, defaults[key].default)

@@ -224,3 +224,22 @@ def test_onnx_benchmark_checks_and_times_both_exports(tmp_path):
         assert all(r.endswith('x') and float(r[:-1]) > 0 for r in ratios)
     static = '| weightformer_t vs deit_t_softmax (ONNX Runtime, static) | 64 |'
     assert any(r.startswith(static) for r in out.splitlines())
+
+
+def test_a_kernel_variant_name_sets_the_dynamic_layers_choices():
+    """'weightformer_t+triton' is WF-T whose dynamic layers hold the Triton choices (the per-sample conv and the
+    fused dynamic linear), and nothing else of it changes; a name the variant cannot apply to is refused."""
+    from mmwf.analysis.models import build_classifier, classifier_config
+    cfg = classifier_config('weightformer_t+triton')
+    assert cfg == dict(classifier_config('weightformer_t'),
+                       dynamic_dwc=dict(type='AdaptiveDynamicDWConv', conv='triton'),
+                       dynamic_linear=dict(type='BilateralDynamicLinear', form='fused'))
+    model = build_classifier('weightformer_t_dyn_linear1+triton')  # static DWConvs: the linears alone take it
+    held = {(type(m).__name__, name, getattr(m, name)) for m in model.modules() for name in getattr(m, 'choices', ())
+            if name in ('conv', 'form')}
+    assert held == {('BilateralDynamicLinear', 'form', 'fused')}
+    for name, match in (('deit_t_softmax+triton', 'not a kernel variant of DeiT'),
+                        ('weightformer_t+cuda', 'not a kernel variant'),
+                        ('weightformer_t_static+triton', 'no dynamic blocks')):
+        with pytest.raises(ValueError, match=match):
+            classifier_config(name)

@@ -70,10 +70,19 @@ BLOCK_M, BLOCK_N, BLOCK_K = 64, 64, 32
 INTERPRETED = os.environ.get('TRITON_INTERPRET') == '1'
 
 
+def _matmul_tf32() -> bool:
+    """Whether torch's CUDA matmuls may use TF32: the newer per-backend setting where one is made (reading the
+    legacy flag then raises), else the legacy ``allow_tf32``."""
+    for setting in (torch.backends.cuda.matmul.fp32_precision, torch.backends.fp32_precision):
+        if setting in ('tf32', 'ieee'):
+            return setting == 'tf32'
+    return torch.backends.cuda.matmul.allow_tf32
+
+
 def _precision(dtype: torch.dtype) -> str:
     """tl.dot's precision for fp32 operands: TF32 where torch's matmuls may use it, else IEEE (bf16 / fp16 / fp64
     operands multiply exactly into their fp32 / fp64 sums either way)."""
-    return 'tf32' if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32 else 'ieee'
+    return 'tf32' if dtype == torch.float32 and _matmul_tf32() else 'ieee'
 
 
 def _check(x: torch.Tensor, t: torch.Tensor, weight: torch.Tensor, right: torch.Tensor,
@@ -154,11 +163,12 @@ def low_rank_linear_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     """act(x weight + (x left) right + bias) for tokens x (B, N, Cin), weight (Cin, Cout), left (B or 1, Cin, K)
     or (Cin, K), right (B or 1, K, Cout), bias (Cout) or None; act is the exact GELU when ``gelu``, else none:
     (B, N, Cout), by the Triton kernel (on the CPU under ``TRITON_INTERPRET=1``). Under autocast the operands are
-    cast to its dtype, as F.linear's are."""
+    cast to its dtype, as F.linear's are (fp64 tokens are left as they are)."""
     if not TRITON_AVAILABLE:
         raise RuntimeError('low_rank_linear_triton needs triton (it ships with torch\'s CUDA builds)')
     device_type = x.device.type
-    dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else x.dtype
+    autocast = torch.is_autocast_enabled(device_type) and x.dtype != torch.float64  # autocast leaves fp64 alone
+    dtype = torch.get_autocast_dtype(device_type) if autocast else x.dtype
     x, weight, left, right = (v.to(dtype) for v in (x, weight, left, right))
     bias = None if bias is None else bias.to(dtype)
     if left.dim() not in (2, 3) or left.shape[-2] != x.shape[-1]:

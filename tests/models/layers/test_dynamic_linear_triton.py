@@ -4,6 +4,7 @@ than a block, left factors per sample and shared, with and without the GELU epil
 CPU it runs under Triton's interpreter (tests/conftest.py); ``tests/test_cuda.py`` runs it on the device."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 from mmwf.models.backbones import WeightFormer
 from mmwf.models.layers import BilateralDynamicLinear
@@ -16,19 +17,23 @@ SHAPES = [(3, 35, 24, 5, 40), (1, 70, 48, 12, 96), (2, 7, 20, 49, 13), (3, 130, 
 
 def reference(x, weight, bias, left, right, act):
     """act(x (W0 + L R) + b), the update formed per sample, in einsums (no matmul of the kernel's order)."""
-    dw = torch.einsum('bik,bko->bio', left.expand(x.shape[0], -1, -1), right)
+    dw = torch.einsum('bik,bko->bio', left.expand(x.shape[0], -1, -1), right.expand(x.shape[0], -1, -1))
     z = torch.einsum('bni,bio->bno', x, weight + dw) + bias
     return gelu(z) if act else z
 
 
 def operands(shape, shared, dtype=torch.float64, requires_grad=True):
+    """x, W0, b, L, R of ``shape``; ``shared``: which factors one sample's are for the batch (False, 'left',
+    'right' or 'both'; True: 'left')."""
     B, N, cin, k, cout = shape
+    shared = 'left' if shared is True else shared or ''
+    left_b, right_b = (1 if shared in (side, 'both') else B for side in ('left', 'right'))
     return [torch.randn(*s, dtype=dtype, requires_grad=requires_grad)
-            for s in ((B, N, cin), (cin, cout), (cout,), (1 if shared else B, cin, k), (B, k, cout))]
+            for s in ((B, N, cin), (cin, cout), (cout,), (left_b, cin, k), (right_b, k, cout))]
 
 
 @pytest.mark.parametrize('act', [False, True], ids=['linear', 'gelu'])
-@pytest.mark.parametrize('shared', [False, True], ids=['per-sample', 'shared'])
+@pytest.mark.parametrize('shared', [False, 'left', 'right', 'both'], ids=['per-sample', 'left', 'right', 'both'])
 @pytest.mark.parametrize('shape', SHAPES, ids=lambda s: 'B{}-N{}-{}x{}x{}'.format(*s))
 def test_kernel_equals_the_equation_in_fp64(shape, shared, act):
     inputs = operands(shape, shared)
@@ -128,16 +133,31 @@ def test_operator_registration_passes_opcheck():
         torch.library.opcheck(_low_rank_linear_op, (x, t, w, right[:1], None, gelu_flag))
 
 
-def test_bias_gradient_keeps_the_bias_dtype_under_autocast():
-    """Under autocast the operands run in its dtype (as F.linear's); the parameters' gradients come back in theirs."""
-    x = torch.randn(2, 9, 8)
-    w, b = torch.randn(8, 10, requires_grad=True), torch.randn(10, requires_grad=True)
-    left, right = torch.randn(2, 8, 3), torch.randn(2, 3, 10)
-    with torch.autocast('cpu', dtype=torch.bfloat16):
-        out = low_rank_linear_triton(x, w, b, left, right)
-    assert out.dtype == torch.bfloat16
-    gw, gb = torch.autograd.grad(out.float().sum(), (w, b))
-    assert gw.dtype == gb.dtype == torch.float32
+def test_gradients_under_autocast_are_those_of_the_torch_evaluation():
+    """Under bf16 autocast the kernel and torch's own evaluation of the same products (F.linear, matmul, baddbmm,
+    which autocast casts alike) take the same bf16 operands and sum in fp32; each rounds its GEMMs' outputs to bf16.
+    Their outputs and the fp32 parameters' gradients then differ by a few bf16 roundings of the largest term: here
+    at most 8 ulps of bf16 (2^-5) of each result's largest magnitude. The gradients come back in the parameters'
+    dtype."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 37, 24)
+    w, b = torch.randn(24, 40, requires_grad=True), torch.randn(40, requires_grad=True)
+    left, right = torch.randn(1, 24, 6, requires_grad=True), torch.randn(3, 6, 40, requires_grad=True)
+    leaves = (w, b, left, right)
+    upstream = torch.randn(3, 37, 40)
+    results = []
+    for fused in (True, False):
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            out = low_rank_linear_triton(x, w, b, left, right) if fused else \
+                torch.baddbmm(F.linear(x, w.t(), b), torch.matmul(x, left), right.to(torch.bfloat16))
+        results.append((out, torch.autograd.grad(out, leaves, upstream.to(out.dtype))))
+    (out, grads), (expected, expected_grads) = results
+    assert out.dtype == expected.dtype == torch.bfloat16
+    bound = 8 * torch.finfo(torch.bfloat16).eps
+    assert (out.float() - expected.float()).abs().max() <= bound * expected.float().abs().max()
+    for g, r, leaf in zip(grads, expected_grads, leaves, strict=True):
+        assert g.dtype == r.dtype == leaf.dtype == torch.float32
+        assert (g - r).abs().max() <= bound * r.abs().max(), leaf.shape
 
 
 def test_shapes_that_do_not_fit_are_named():
