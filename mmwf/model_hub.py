@@ -40,7 +40,8 @@ def _load_released(filename: str, map_location: str | torch.device | None = None
             f'{err}\nFor {filename}, put the file in the Hugging Face cache (`hf download` of that repository, then '
             'HF_HUB_OFFLINE=1), or load a local copy strictly: model = get_model(NAME); '
             'mmwf.utils.load_strict(model.backbone, mmwf.utils.load_state_dict_file(PATH), PATH). (get_model\'s '
-            'pretrained=PATH loads through mmengine without checking the keys.)') from None
+            'pretrained=PATH takes a classifier checkpoint, with backbone. keys; it refuses the release\'s file.)'
+            ) from None
     backbone = dict(Config.fromfile(str(CONFIG_ROOT.parent / model['Config'])).model.backbone, init_cfg=None)
     mismatch = state_dict_mismatch(MODELS.build(backbone).state_dict(), state)
     if mismatch:

@@ -89,3 +89,26 @@ def test_released_weights_of_another_model_are_refused(hub_names, tmp_path, monk
     with pytest.raises(CheckpointMismatchError, match=r"does not match weightformer_t_in1k's backbone:\nshape "
                                                       r'mismatches \(19\d\)'):
         mmpretrain.get_model('weightformer_t_in1k', pretrained=True)
+
+
+def test_a_weights_file_handed_to_get_model_loads_or_is_refused(hub_names, released, tmp_path):
+    """get_model(NAME, pretrained=FILE) loads through mmengine's lenient loader. A classifier checkpoint of the
+    model (its backbone. keys) loads as it is; the release's file (the backbone's own keys at the root) would leave
+    a random classifier behind a warning, and is refused, naming the load that takes it."""
+    classifier = tmp_path / 'classifier.pth'
+    torch.save({'state_dict': {f'backbone.{k}': v for k, v in released.items()}}, classifier)
+    model = mmpretrain.get_model('weightformer_t_in1k', pretrained=str(classifier))
+    for key, value in released.items():
+        torch.testing.assert_close(model.state_dict()[f'backbone.{key}'], value, rtol=0, atol=0)
+    backbone_file = tmp_path / 'model.safetensors'
+    save_file(released, str(backbone_file))
+    from mmwf.utils import CheckpointMismatchError
+    with pytest.raises(CheckpointMismatchError, match=r"(?s)WeightFormer \(the model's 'backbone'\) was given none of "
+                                                      r'its 198 tensors.*mmwf\.utils\.load_strict\(model\.backbone'):
+        mmpretrain.get_model('weightformer_t_in1k', pretrained=str(backbone_file))
+    # the load the error names gives the file's weights
+    from mmwf.utils import load_state_dict_file, load_strict
+    model = mmpretrain.get_model('weightformer_t_in1k')
+    load_strict(model.backbone, load_state_dict_file(str(backbone_file)), str(backbone_file))
+    for key, value in released.items():
+        torch.testing.assert_close(model.state_dict()[f'backbone.{key}'], value, rtol=0, atol=0)

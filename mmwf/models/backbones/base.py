@@ -67,6 +67,39 @@ def image_grid(x: torch.Tensor, stem: nn.Conv2d, min_grid: int, name: str) -> tu
     return h, w
 
 
+def refuse_a_load_without_weights(module: nn.Module, incompatible) -> None:
+    """A load-state-dict post-hook of the backbones: a load that gave the backbone none of its tensors is a
+    :class:`~mmwf.utils.CheckpointMismatchError`, whoever loaded it and however leniently (mmpretrain's
+    ``get_model(pretrained=FILE)``, mmengine's ``load_checkpoint``): such a load leaves a random network behind a
+    warning. Where the state dict holds the backbone's own keys at its root (a backbone or release file given to
+    the model around it), the error gives the load that takes them."""
+    from mmwf.utils.checkpoint import CheckpointMismatchError
+    from mmwf.utils.checkpoint.strict import in_checked_load
+    missing = set(incompatible.missing_keys)
+    if not missing or in_checked_load():  # mmwf's own loads name every mismatch themselves
+        return
+    own = list(module.state_dict())
+    first = own[0]
+    prefixes = {k[:-len(first)] for k in missing if k == first or k.endswith('.' + first)}
+    prefix = next((p for p in sorted(prefixes) if all(p + k in missing for k in own)), None)
+    if not prefix:  # some of its tensors loaded, or the backbone itself loaded (torch's strictness applies)
+        return
+    where = f' (the model\'s {prefix[:-1]!r})'
+    unexpected = list(incompatible.unexpected_keys)
+    given = f'it holds {", ".join(unexpected[:4])}{" ..." if len(unexpected) > 4 else ""}' if unexpected else \
+        'it holds nothing else either'
+    lines = [f'{type(module).__name__}{where} was given none of its {len(own)} tensors ({given}); a lenient load '
+             'would leave it random.']
+    # the backbone's keys at the state dict's root (the unexpected ones: those under the wrapper's other modules,
+    # e.g. a head named like the backbone's, are counted later, so most, not all)
+    if 2 * len(set(own) & set(unexpected)) > len(own):
+        lines.append(f'The state dict holds {type(module).__name__}\'s own keys at its root (a backbone or release '
+                     f'file): load the file into the backbone, mmwf.utils.load_strict(model.{prefix[:-1]}, '
+                     'mmwf.utils.load_state_dict_file(FILE), FILE), or give it as the backbone\'s '
+                     "init_cfg=dict(type='Pretrained', checkpoint=FILE).")
+    raise CheckpointMismatchError('\n'.join(lines))
+
+
 class PlainBackbone(BaseModule, HubModel):
     """Stem, blocks on one token grid, final norm and ImageNet head; a family adds its stem extras, its blocks
     and its pooling.
@@ -113,6 +146,7 @@ class PlainBackbone(BaseModule, HubModel):
                  out_type: str = 'featmap', init_cfg: dict | list | None = None,
                  norm_cfg: dict = dict(type='LN')) -> None:
         super().__init__(init_cfg=init_cfg)
+        self.register_load_state_dict_post_hook(refuse_a_load_without_weights)
         self.norm_cfg = norm_cfg
         name = type(self).__name__
         if out_type not in self.OUT_TYPES:

@@ -25,6 +25,15 @@ class Mismatch(NamedTuple):
         return bool(self.missing or self.unexpected or self.shapes)
 
 
+# set while load_checked loads: it reports every mismatch itself, so the modules' own guards stand aside
+_checking = False
+
+
+def in_checked_load() -> bool:
+    """Whether :func:`load_checked` (which names every missing, unexpected and mis-shaped key) is loading."""
+    return _checking
+
+
 def load_checked(model: nn.Module, state: dict[str, torch.Tensor]) -> Mismatch:
     """Load the tensors of ``state`` that fit ``model`` (``load_state_dict(strict=False)``) and return what did not.
 
@@ -43,10 +52,13 @@ def load_checked(model: nn.Module, state: dict[str, torch.Tensor]) -> Mismatch:
                 shapes[key] = (f'{key}: checkpoint {tuple(state_dict.pop(key).shape)} vs model '
                                f'{tuple(tensor.shape)}')
 
+    global _checking
     handles = [m.register_load_state_dict_pre_hook(compare) for m in model.modules()]
+    saved, _checking = _checking, True
     try:
         result = model.load_state_dict(state, strict=False)
     finally:
+        _checking = saved
         for handle in handles:
             handle.remove()
     return Mismatch(sorted(k for k in result.missing_keys if k not in shapes), sorted(result.unexpected_keys),

@@ -138,3 +138,26 @@ def test_training_blocks_keep_the_mlp_hidden_tensor_once(make):
     assert_same_computation(out, ref_out)
     for g, r in zip(grads, ref_grads):
         assert_same_computation(g, r)
+
+
+def test_a_load_that_gives_a_backbone_none_of_its_tensors_is_refused():
+    """Whatever the strictness, a load that leaves the backbone untouched is an error; one that gives it its tensors
+    (all, or some where the loader is lenient on purpose) is not."""
+    import torch.nn as nn
+
+    from mmwf.utils import CheckpointMismatchError
+    torch.manual_seed(0)
+    model = nn.Module()
+    model.backbone = WeightFormer(dict(embed_dims=16, depth=2, mlp_ratio=2))
+    own = model.backbone.state_dict()
+    for state, hint in (({}, False), ({'head.fc.weight': torch.ones(1)}, False), (dict(own), True)):
+        with pytest.raises(CheckpointMismatchError, match='was given none of its') as err:
+            model.load_state_dict(state, strict=False)
+        assert ('load_strict(model.backbone' in str(err.value)) == hint
+    model.load_state_dict({f'backbone.{k}': v for k, v in own.items()})
+    partial = {f'backbone.{k}': v for k, v in list(own.items())[1:]}
+    assert model.load_state_dict(partial, strict=False).missing_keys == [f'backbone.{next(iter(own))}']
+    WeightFormer(dict(embed_dims=16, depth=2, mlp_ratio=2)).load_state_dict(own)  # the backbone itself
+    from mmwf.utils import load_strict
+    with pytest.raises(CheckpointMismatchError, match=r'missing keys \(\d+'):  # mmwf's own load lists the keys
+        load_strict(model, {}, 'nothing.pth')
