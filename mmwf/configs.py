@@ -84,16 +84,34 @@ def _field_targets(node, keys: list[str]) -> list[tuple[dict | list, str | int]]
     return [hit for t in found for hit in (_field_targets(t, rest) if rest else [])]
 
 
+def _pipelines(cfg: Config | ConfigDict) -> list[list]:
+    """Every pipeline of a config: its top-level ``*pipeline`` lists and the ``pipeline`` of each dataloader's
+    dataset, through dataset wrappers (``dataset.dataset``)."""
+    found = [v for k, v in cfg.items() if k.endswith('pipeline') and isinstance(v, list)]
+    for key, loader in cfg.items():
+        dataset = loader.get('dataset') if key.endswith('_dataloader') and hasattr(loader, 'get') else None
+        while hasattr(dataset, 'get'):
+            if isinstance(dataset.get('pipeline'), list):
+                found.append(dataset['pipeline'])
+            dataset = dataset.get('dataset')
+    return found
+
+
 def _changed_size(cfg: Config | ConfigDict) -> tuple[int, int] | None:
     """``cfg.image_size`` as (H, W) where it is not the size the declared ``image_size_fields`` hold, else None."""
     size = cfg.get('image_size')
     if size is None:
         return None
-    size = (size, size) if isinstance(size, int) else tuple(size)
+    size = _pair(size)
     if len(size) != 2 or not all(isinstance(v, int) and v > 0 for v in size):
         raise ValueError(f'image_size={cfg.image_size!r}: give H, W (positive ints) or one int for a square')
     declared = cfg.get('image_size_fields')
-    return None if declared is None or size == tuple(declared['written_for']) else size
+    return None if declared is None or size == _pair(declared['written_for']) else size
+
+
+def _pair(size: int | tuple | list) -> tuple:
+    """An image size as (H, W): one int is a square."""
+    return (size, size) if isinstance(size, int) else tuple(size)
 
 
 def unfollowed_image_size(cfg: Config | ConfigDict) -> str | None:
@@ -103,7 +121,7 @@ def unfollowed_image_size(cfg: Config | ConfigDict) -> str | None:
     if size is None:
         return None
     return (f'image_size={size}, but the crops, pads and test scales of image_size_fields still hold '
-            f'{tuple(cfg.image_size_fields.written_for)}: the tool that read this config did not apply the new size '
+            f'{_pair(cfg.image_size_fields.written_for)}: the tool that read this config did not apply the new size '
             "(mmengine resolves a config's variables when it reads the file). Run it with mmwf's tools, keep the "
             "config's runner_type='ImageSizeRunner' for another project's tools that build it, give a tool that does "
             "not (mmseg's test.py) the config a run wrote into its work folder, or call "
@@ -120,7 +138,7 @@ def check_image_size_option(cfg: Config | ConfigDict, options: dict, source: str
     raise ValueError(f'--cfg-options image_size={options["image_size"]}: nothing in {source} follows it ({held} '
                      'not declared in image_size_fields), so its pipelines and model would keep their sizes. Set '
                      'those fields in a child config, or start from a config that follows image_size (the Cascade and '
-                     'UperNet configs and their demos: python -m mmwf.configs --list)')
+                     'UperNet configs, the ImageNet classifiers and their demos: python -m mmwf.configs --list)')
 
 
 def follow_image_size(cfg: Config | ConfigDict) -> list[str]:
@@ -128,18 +146,21 @@ def follow_image_size(cfg: Config | ConfigDict) -> list[str]:
     image_size=S`` changed it (mmengine resolves a config's variables when it reads the file, so its crops, pads and
     test scales keep the size they were written with). A config declares them in ``image_size_fields``:
     ``written_for`` (the size its fields hold) and ``fields``, a dotted path (``name[Type]`` picks a pipeline's
-    transforms of that type) -> the factors of (H, W) its value is (an int factor: of H alone), e.g.
-    ``'model.test_cfg.stride': (2 / 3, 2 / 3)``. Returns the paths it set; a config without the declaration is left
-    as it is."""
+    transforms of that type; ``pipelines[Type]``, those of every pipeline: the top-level ones and each dataloader's)
+    -> the factors of (H, W) its value is (an int factor: of H alone), e.g. ``'model.test_cfg.stride': (2 / 3,
+    2 / 3)``; a value is the product rounded down. Returns the paths it set; a config without the declaration is
+    left as it is."""
     size = _changed_size(cfg)
     if size is None:
         return []
     changed = []
-    for path, factors in cfg.image_size_fields['fields'].items():
-        targets = _field_targets(cfg, path.split('.'))
-        for container, key in targets:
-            container[key] = (int(factors * size[0]) if isinstance(factors, (int, float)) else
-                              tuple(int(f * v) for f, v in zip(factors, size)))
+    every = {'pipelines': [t for pipeline in _pipelines(cfg) for t in pipeline]}
+    for path, factors in cfg.image_size_fields.get('fields', {}).items():
+        keys = path.split('.')
+        targets = _field_targets(every if keys[0].startswith('pipelines[') else cfg, keys)
+        for container, key in targets:  # rounded down, past the float error of a factor such as 256 / 224
+            container[key] = (int(factors * size[0] + 1e-6) if isinstance(factors, (int, float)) else
+                              tuple(int(f * v + 1e-6) for f, v in zip(factors, size)))
         if targets:
             changed.append(path)
     cfg.image_size = size

@@ -108,9 +108,5 @@ auto_scale_lr = dict(enable=False, base_batch_size=64)
 # (mmwf.configs.follow_image_size)
 runner_type = 'ImageSizeRunner'
 image_size_fields = dict(written_for=image_size, fields={
-    'model.data_preprocessor.pad_size_divisor': 1,
-    'train_pipeline[RandomResize].scale': (1, 1), 'train_pipeline[RandomCrop].crop_size': (1, 1),
-    'test_pipeline[Resize].scale': (1, 1),
-    'train_dataloader.dataset.pipeline[RandomResize].scale': (1, 1),
-    'train_dataloader.dataset.pipeline[RandomCrop].crop_size': (1, 1),
-    'val_dataloader.dataset.pipeline[Resize].scale': (1, 1), 'test_dataloader.dataset.pipeline[Resize].scale': (1, 1)})
+    'model.data_preprocessor.pad_size_divisor': 1, 'pipelines[RandomResize].scale': (1, 1),
+    'pipelines[RandomCrop].crop_size': (1, 1), 'pipelines[Resize].scale': (1, 1)})

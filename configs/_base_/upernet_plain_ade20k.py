@@ -61,8 +61,5 @@ runner_type = 'ImageSizeRunner'
 image_size_fields = dict(written_for=image_size, fields={
     'crop_size': (1, 1), 'model.data_preprocessor.size': (1, 1), 'model.test_cfg.crop_size': (1, 1),
     'model.test_cfg.stride': (2 / 3, 2 / 3),
-    'train_pipeline[RandomResize].scale': (4, 1), 'train_pipeline[RandomCrop].crop_size': (1, 1),
-    'test_pipeline[Resize].scale': (4, 1),
-    'train_dataloader.dataset.pipeline[RandomResize].scale': (4, 1),
-    'train_dataloader.dataset.pipeline[RandomCrop].crop_size': (1, 1),
-    'val_dataloader.dataset.pipeline[Resize].scale': (4, 1), 'test_dataloader.dataset.pipeline[Resize].scale': (4, 1)})
+    'pipelines[RandomResize].scale': (4, 1), 'pipelines[RandomCrop].crop_size': (1, 1),
+    'pipelines[Resize].scale': (4, 1)})

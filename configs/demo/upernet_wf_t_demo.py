@@ -7,9 +7,7 @@ image_size = (128, 128)
 crop_size = image_size
 # the fields below hold it; the demo resizes to the crop (not to 4 W x H) and tests the whole image
 image_size_fields = dict(written_for=image_size, fields={
-    'train_pipeline[RandomResize].scale': (1, 1), 'test_pipeline[Resize].scale': (1, 1),
-    'train_dataloader.dataset.pipeline[RandomResize].scale': (1, 1),
-    'val_dataloader.dataset.pipeline[Resize].scale': (1, 1), 'test_dataloader.dataset.pipeline[Resize].scale': (1, 1)})
+    'pipelines[RandomResize].scale': (1, 1), 'pipelines[Resize].scale': (1, 1)})
 data_root = 'data/demo/ade'
 metainfo = dict(classes=('background', 'circle', 'square', 'triangle'),
                 palette=[[120, 120, 120], [220, 20, 60], [0, 130, 200], [255, 200, 0]])

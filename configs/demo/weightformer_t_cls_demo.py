@@ -4,6 +4,7 @@
 _base_ = '../imagenet/weightformer_t_in1k.py'
 
 image_size = 128
+image_size_fields = dict(written_for=image_size)  # the pipelines below hold it
 num_classes = 3
 data_root = 'data/demo/cls'
 data_preprocessor = dict(num_classes=num_classes)

@@ -3,6 +3,7 @@
 _base_ = './_base_/imagenet_swin_300e.py'
 
 image_size = 448
+image_size_fields = dict(written_for=image_size)  # the pipelines below hold it
 model = dict(backbone=dict(type='WeightFormer', arch='b', drop_path_rate=0.2))
 train_pipeline = [dict(t, scale=image_size) if t['type'] == 'RandomResizedCrop' else t for t in _base_.train_pipeline]
 test_pipeline = [dict(t, scale=(image_size * 256 // 224,) * 2) if t['type'] == 'Resize' else

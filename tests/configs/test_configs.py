@@ -470,14 +470,36 @@ def test_a_size_no_tool_followed_is_refused_before_the_first_batch(name):
         DatasetCheckHook().before_run(SimpleNamespace(cfg=cfg))
 
 
-@pytest.mark.parametrize('name', ['weightformer_t_in1k', 'wf_dit_s_2_in256', 'weightformer_t_cls_demo'])
+@pytest.mark.parametrize('name', ['wf_dit_s_2_in256', 'dit_gen_demo'])
 def test_an_image_size_option_that_nothing_follows_is_refused(name, tmp_path):
-    """The ImageNet and generation configs declare no image_size_fields: ``--cfg-options image_size=S`` would change
-    no crop, resize or latent size, so mmwf's tools refuse it before any work, naming the configs that follow it."""
+    """The generation configs declare no image_size_fields (their image size sets the latent grid, the VAE's and
+    the evaluation's; a size of its own is a config of its own): ``--cfg-options image_size=S`` would change nothing
+    the run uses, so mmwf's tools refuse it before any work, naming the configs that follow it."""
     from mmwf.configs import config_file
     from tests.tool_runner import run_tool
     res = run_tool('tools/train.py', config_file(name), '--cfg-options', 'image_size=96', '--work-dir', tmp_path,
                    ok=False)
     assert re.search(rf'--cfg-options image_size=96: nothing in .*{name}.py follows it .*\(the Cascade and UperNet '
-                     'configs and their demos', res.stderr), res.stderr[-1500:]
+                     'configs, the ImageNet classifiers and their demos', res.stderr), res.stderr[-1500:]
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize('name', ['weightformer_t_in1k', 'weightformer_b_in1k', 'deit_s_relu_in1k',
+                                  'cls_deit_b_ttt_copy_distill_in1k', 'weightformer_t_cls_demo'])
+def test_classification_configs_follow_their_image_size(name):
+    """Every pipeline of a classification config follows its image size, as its recipe was written: the training
+    crop is the size, the test resize 256 / 224 of it (rounded down) and the test crop the size; the configs that
+    rewrite their pipelines (WF-B at 448, the demo at 128) say that those hold their size."""
+    from mmwf.configs import config_file
+    for size in (96, 384, 300):
+        cfg = Config.fromfile(str(config_file(name)))
+        assert follow_image_size(cfg) == []  # as written, nothing to change
+        cfg.merge_from_dict({'image_size': size})
+        follow_image_size(cfg)
+        pipelines = [cfg.train_pipeline, cfg.test_pipeline, cfg.train_dataloader.dataset.pipeline,
+                     cfg.val_dataloader.dataset.pipeline, cfg.test_dataloader.dataset.pipeline]
+        values = {(t.type, str(t.get('scale', t.get('crop_size')))) for p in pipelines for t in p
+                  if t.type in ('RandomResizedCrop', 'Resize', 'CenterCrop')}
+        resize = size * 256 // 224
+        assert values == {('RandomResizedCrop', str(size)), ('Resize', str((resize, resize))),
+                          ('CenterCrop', str(size))}, values

@@ -75,3 +75,11 @@ default_hooks = dict(checkpoint=dict(type='CheckpointHook', interval=1, max_keep
                      compile=dict(type='CompileHook', modules=['backbone']), **_base_.mmwf_hooks)
 custom_hooks = [dict(type='NonFiniteLossHook')]
 randomness = dict(seed=0)
+
+# What follows image_size when a child config or `--cfg-options image_size=S` changes it: the training crop, the test
+# resize (256 / 224 of it) and crop; mmwf's tools set them, and the runner named here for mmpretrain's tools
+# (mmwf.configs.follow_image_size)
+runner_type = 'ImageSizeRunner'
+image_size_fields = dict(written_for=image_size, fields={
+    'pipelines[RandomResizedCrop].scale': 1, 'pipelines[Resize].scale': (256 / 224, 256 / 224),
+    'pipelines[CenterCrop].crop_size': 1})
