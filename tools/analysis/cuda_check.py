@@ -146,7 +146,10 @@ def steps(out: str, dry_run: bool) -> list[Step]:
         Step('train-imagenet-triton', f'the ImageNet training step with the Triton kernels, batch {cls_batch} at '
              f'{cls_size}, AMP', tool('train', '--models', WF_T, f'{WF_T}+triton', 'deit_t_softmax', '--part',
                                       'classifier', '--batch', cls_batch, '--size', cls_size, '--amp', '--device',
-                                      dev, *rounds, '--iters', 1 if dry_run else 3), 90, env=interpret),
+                                      dev, *rounds, '--iters', 1 if dry_run else 3), 90, env=interpret,
+             # the dry run's 'triton' step checks the variant's wiring; its training step under the interpreter
+             # adds half a minute to the suite and nothing more
+             need=need_gpus(1, dry_run)),
         Step('profile', 'WF-DiT vs DiT S/2 training step by phase and operator group',
              tool('generation', '--profile', '--archs', 'S/2', '--modes', 'train', *gen), 60),
         Step('engine-split', "one block's token mixer against its channel mixer",
