@@ -47,19 +47,38 @@ def test_command_line_lists_and_exports(tmp_path):
     assert bad.returncode == 1 and 'no mmwf config named' in bad.stderr
 
 
+WORKERS = [f'{loader}_dataloader.{key}' for loader in ('train', 'val', 'test')
+           for key in ('num_workers=0', 'persistent_workers=False')]
+# the runs shortened for a CPU: one iteration at 96 (one image a batch, in fp32, for detection; two for segmentation,
+# whose pooling module's batch norm needs them), one epoch at 64 for classification
+DENSE = ['image_size=96', 'train_cfg.max_iters=1', 'train_cfg.val_interval=1', *WORKERS]
+GUIDE_RUNS = {
+    'my_det': ('mmdet', 'cascade_wf_t_coco', 'coco', 'coco/bbox_mAP', 96, 'iter_1.pth',
+               [*DENSE, 'optim_wrapper.type=OptimWrapper', 'train_dataloader.batch_size=1']),
+    'my_seg': ('mmseg', 'upernet_wf_t_ade20k', 'ade', 'mIoU', 96, 'iter_1.pth',
+               [*DENSE, 'train_dataloader.batch_size=2']),
+    'my_cls': ('mmpretrain', 'weightformer_t_in1k', 'cls', 'accuracy/top1', 64, 'epoch_1.pth',
+               ['image_size=64', 'train_cfg.max_epochs=1', 'train_dataloader.batch_size=8',
+                'val_dataloader.batch_size=8', 'optim_wrapper.type=OptimWrapper', *WORKERS])}
+
+
 @pytest.mark.slow
-def test_the_guides_own_class_configs_train_validate_and_test(demo_data, tmp_path):
+@pytest.mark.parametrize('config', [pytest.param(name, marks=pytest.mark.xdist_group(f'guide:{name}'))
+                                    for name in GUIDE_RUNS])
+def test_the_guides_own_class_configs_train_validate_and_test(config, demo_data, tmp_path):
     """docs/guides/your_project.md's my_det.py, my_seg.py and my_cls.py as printed, in a project folder outside the
-    repository with the paper's configs exported beside them, the demo's shapes as the user's data and the pretrained
-    backbone the dense ones start from (random weights here): training with validation, then a test, each with the
-    train.py / test.py in mmdet's, mmseg's and mmpretrain's wheels. The class checks pass and the evaluators score
-    the user's classes; the size given by option reaches every field that follows it."""
+    repository with the paper's config exported beside it (the guide's export command), the demo's shapes as the
+    user's data and the pretrained backbone the dense ones start from (random weights here): training with
+    validation, then a test, with the train.py / test.py in mmdet's, mmseg's or mmpretrain's wheel. The class checks
+    pass and the evaluators score the user's classes; the size given by option reaches every field that follows
+    it."""
     import torch
     from safetensors.torch import save_file
 
     from mmwf.models.backbones import WeightFormer
     from tests.test_docs import block
-    data, project = demo_data, tmp_path / 'project'
+    scope, base, demo, metric, size, checkpoint, options = GUIDE_RUNS[config]
+    project = tmp_path / 'project'
     env = dict(os.environ, OMP_NUM_THREADS='1')
 
     def run(*args):
@@ -68,53 +87,40 @@ def test_the_guides_own_class_configs_train_validate_and_test(demo_data, tmp_pat
         return res.stdout + res.stderr
 
     project.mkdir()
-    run('-m', 'mmwf.configs', 'cascade_wf_t_coco', 'upernet_wf_t_ade20k', 'weightformer_t_in1k', '--dest', 'configs')
-    for name in ('my_det', 'my_seg', 'my_cls'):
-        (project / f'configs/{name}.py').write_text(block('guides/your_project.md', f'# configs/{name}.py'))
+    export = block('guides/your_project.md', 'python -m mmwf.configs --list').splitlines()[1].split('#')[0].split()
+    assert base in export  # the guide's export command writes the config the file inherits
+    run('-m', 'mmwf.configs', base, '--dest', 'configs')
+    (project / f'configs/{config}.py').write_text(block('guides/your_project.md', f'# configs/{config}.py'))
+    mine = re.search(r"data_root = 'data/(\w+)/'", (project / f'configs/{config}.py').read_text()).group(1)
     (project / 'data').mkdir()
-    for mine, demo in (('my_coco', 'coco'), ('my_ade', 'ade'), ('my_images', 'cls')):
-        (project / 'data' / mine).symlink_to(data / demo)
-    (project / 'checkpoints').mkdir()
-    torch.manual_seed(0)
-    save_file(WeightFormer('t').state_dict(), str(project / 'checkpoints/weightformer_t.safetensors'))
-    workers = [f'{loader}_dataloader.{key}' for loader in ('train', 'val', 'test')
-               for key in ('num_workers=0', 'persistent_workers=False')]
-    # one iteration at 96 (one image a batch, in fp32 on a CPU, for detection; two for segmentation, whose pooling
-    # module's batch norm needs them), one epoch at 64 for classification
-    dense = ['image_size=96', 'train_cfg.max_iters=1', 'train_cfg.val_interval=1', *workers]
-    cases = [('mmdet', 'my_det', 'coco/bbox_mAP', 96, 'iter_1.pth',
-              [*dense, 'optim_wrapper.type=OptimWrapper', 'train_dataloader.batch_size=1']),
-             ('mmseg', 'my_seg', 'mIoU', 96, 'iter_1.pth', [*dense, 'train_dataloader.batch_size=2']),
-             ('mmpretrain', 'my_cls', 'accuracy/top1', 64, 'epoch_1.pth',
-              ['image_size=64', 'train_cfg.max_epochs=1', 'train_dataloader.batch_size=8',
-               'val_dataloader.batch_size=8', 'optim_wrapper.type=OptimWrapper', *workers])]
-    for scope, config, metric, size, checkpoint, options in cases:
-        tools = Path(__import__(scope).__file__).parent / '.mim/tools'
-        log = run(str(tools / 'train.py'), f'configs/{config}.py', '--work-dir', f'work_dirs/{config}',
-                  '--cfg-options', *options)
-        assert f'Saving checkpoint at 1 {"epochs" if scope == "mmpretrain" else "iterations"}' in log
-        assert metric in log
-        ran = Config.fromfile(str(project / f'work_dirs/{config}/{config}.py'))  # the config the run dumped
-        assert ran.image_size in (size, (size, size))
-        if scope == 'mmpretrain':
-            crops = [t.crop_size for t in ran.test_dataloader.dataset.pipeline if t.type == 'CenterCrop']
-            assert crops == [size] and ran.model.backbone.num_classes == 3
-        else:
-            assert ran.train_dataloader.dataset.metainfo.classes == ran.test_dataloader.dataset.metainfo.classes
-            crops = [t.crop_size for t in ran.train_dataloader.dataset.pipeline if t.type == 'RandomCrop']
-            assert crops == [(size, size)]
-            assert (ran.model.data_preprocessor.get('pad_size_divisor')
-                    or ran.model.data_preprocessor.size[0]) == size
-            classes = Config.fromfile(str(project / f'configs/{config}.py')).metainfo.classes
-            heads = ran.model.roi_head.bbox_head if scope == 'mmdet' else [ran.model.decode_head]
-            assert {h.num_classes for h in heads} == {len(classes)}
-        # mmseg's test.py builds mmengine's Runner whatever the config names: it takes the config the run wrote,
-        # where the sizes have followed (the guide says so); mmdet's and mmpretrain's build the runner it names
-        tested = [f'work_dirs/{config}/{config}.py', *workers] if scope == 'mmseg' else [f'configs/{config}.py',
-                                                                                         *options]
-        log = run(str(tools / 'test.py'), tested[0], f'work_dirs/{config}/{checkpoint}', '--work-dir',
-                  f'work_dirs/{config}_test', '--cfg-options', *tested[1:])
-        assert metric in log
+    (project / 'data' / mine).symlink_to(demo_data / demo)
+    if scope != 'mmpretrain':
+        (project / 'checkpoints').mkdir()
+        torch.manual_seed(0)
+        save_file(WeightFormer('t').state_dict(), str(project / 'checkpoints/weightformer_t.safetensors'))
+    tools = Path(__import__(scope).__file__).parent / '.mim/tools'
+    log = run(str(tools / 'train.py'), f'configs/{config}.py', '--work-dir', f'work_dirs/{config}',
+              '--cfg-options', *options)
+    assert f'Saving checkpoint at 1 {"epochs" if scope == "mmpretrain" else "iterations"}' in log and metric in log
+    ran = Config.fromfile(str(project / f'work_dirs/{config}/{config}.py'))  # the config the run dumped
+    assert ran.image_size in (size, (size, size))
+    if scope == 'mmpretrain':
+        crops = [t.crop_size for t in ran.test_dataloader.dataset.pipeline if t.type == 'CenterCrop']
+        assert crops == [size] and ran.model.backbone.num_classes == 3
+    else:
+        assert ran.train_dataloader.dataset.metainfo.classes == ran.test_dataloader.dataset.metainfo.classes
+        crops = [t.crop_size for t in ran.train_dataloader.dataset.pipeline if t.type == 'RandomCrop']
+        assert crops == [(size, size)]
+        assert (ran.model.data_preprocessor.get('pad_size_divisor') or ran.model.data_preprocessor.size[0]) == size
+        classes = Config.fromfile(str(project / f'configs/{config}.py')).metainfo.classes
+        heads = ran.model.roi_head.bbox_head if scope == 'mmdet' else [ran.model.decode_head]
+        assert {h.num_classes for h in heads} == {len(classes)}
+    # mmseg's test.py builds mmengine's Runner whatever the config names: it takes the config the run wrote, where
+    # the sizes have followed (the guide says so); mmdet's and mmpretrain's build the runner the config names
+    tested = [f'work_dirs/{config}/{config}.py', *WORKERS] if scope == 'mmseg' else [f'configs/{config}.py', *options]
+    log = run(str(tools / 'test.py'), tested[0], f'work_dirs/{config}/{checkpoint}', '--work-dir',
+              f'work_dirs/{config}_test', '--cfg-options', *tested[1:])
+    assert metric in log
 
 
 @pytest.mark.slow
