@@ -49,13 +49,13 @@ def test_command_line_lists_and_exports(tmp_path):
 
 WORKERS = [f'{loader}_dataloader.{key}' for loader in ('train', 'val', 'test')
            for key in ('num_workers=0', 'persistent_workers=False')]
-# the runs shortened for a CPU: one iteration at 96 (one image a batch, in fp32, for detection; two for segmentation,
-# whose pooling module's batch norm needs them), one epoch at 64 for classification
-DENSE = ['image_size=96', 'train_cfg.max_iters=1', 'train_cfg.val_interval=1', *WORKERS]
+# the runs shortened for a CPU: one iteration at 64 (one image a batch, in fp32, for detection; two for segmentation,
+# whose pooling module's batch norm needs them), one epoch for classification
+DENSE = ['image_size=64', 'train_cfg.max_iters=1', 'train_cfg.val_interval=1', *WORKERS]
 GUIDE_RUNS = {
-    'my_det': ('mmdet', 'cascade_wf_t_coco', 'coco', 'coco/bbox_mAP', 96, 'iter_1.pth',
+    'my_det': ('mmdet', 'cascade_wf_t_coco', 'coco', 'coco/bbox_mAP', 64, 'iter_1.pth',
                [*DENSE, 'optim_wrapper.type=OptimWrapper', 'train_dataloader.batch_size=1']),
-    'my_seg': ('mmseg', 'upernet_wf_t_ade20k', 'ade', 'mIoU', 96, 'iter_1.pth',
+    'my_seg': ('mmseg', 'upernet_wf_t_ade20k', 'ade', 'mIoU', 64, 'iter_1.pth',
                [*DENSE, 'train_dataloader.batch_size=2']),
     'my_cls': ('mmpretrain', 'weightformer_t_in1k', 'cls', 'accuracy/top1', 64, 'epoch_1.pth',
                ['image_size=64', 'train_cfg.max_epochs=1', 'train_dataloader.batch_size=8',

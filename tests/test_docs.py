@@ -28,7 +28,7 @@ EXAMPLES = {
                                                                                        '(tests/deployment)',
     ('guides/deployment.md', 'from mmwf.deployment import DetectorSession'): 'an exported graph (tests/deployment)',
     ('guides/distributed.md', 'bash tools/dist_train.sh'): 'GPUs or nodes (tests/engine: gloo processes)',
-    ('guides/frontends.md', 'import mmwf, timm'): 'the hub (tests/models/frontends: an offline hub cache)',
+    ('guides/frontends.md', 'import mmwf, timm'): 'run (tests/models/frontends/test_timm.py: an offline hub cache)',
     ('guides/frontends.md', 'import mmwf.model_hub'): 'the hub (tests/test_model_hub.py: an offline cache)',
     ('guides/generation.md', 'from diffusers import'): 'run (tests/models/diffusion/test_diffusers.py)',
     ('guides/generation.md', 'import mmwf\nfrom diffusers'): 'run (tests/models/diffusion/test_diffusers.py)',
@@ -44,6 +44,7 @@ EXAMPLES = {
     ('guides/your_project.md', '# configs/small.py'): 'run',
     ('guides/your_project.md', 'from mmdet.apis import DetInferencer'): 'run',
     ('guides/your_project.md', '# configs/mask_rcnn_wf_t.py'): 'run',
+    ('guides/your_project.md', '# configs/upernet_wf_t.py'): 'run',
     ('guides/your_project.md', '# configs/my_seg.py'): 'run (tests/test_config_export.py)',
     ('guides/your_project.md', '# configs/my_cls.py'): 'run (tests/test_config_export.py)',
 }
@@ -174,3 +175,37 @@ def test_every_file_the_pages_name_exists():
             if path not in REFERENCE_PATHS and not (ROOT / path.rstrip('/')).exists():
                 missing.append(f'{page.relative_to(ROOT)}: {path}')
     assert missing == []
+
+
+def test_our_backbone_in_mmsegs_own_config_trains_a_step(tmp_path):
+    """The guide's config on mmseg's UperNet config, as printed: our backbone replaces ResNet (none of its keys
+    kept, its ImageNet checkpoint not put into our init_cfg), and UperNet trains a step on four maps of 192 channels
+    (SyncBN as BN on this CPU, as mmwf's tools run it)."""
+    import torch
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import DefaultScope
+    from mmengine.structures import PixelData
+    from mmseg.registry import MODELS
+    from mmseg.structures import SegDataSample
+    from mmseg.utils import register_all_modules
+
+    from mmwf.utils import adapt_to_device
+    (tmp_path / 'configs').mkdir()
+    (tmp_path / 'configs/upernet_wf_t.py').write_text(block('guides/your_project.md', '# configs/upernet_wf_t.py'))
+    cfg = Config.fromfile(str(tmp_path / 'configs/upernet_wf_t.py'))
+    assert set(cfg.model.backbone) == {'type', 'arch', 'out_indices', 'drop_path_rate', 'init_cfg'}
+    adapt_to_device(cfg)
+    register_all_modules(init_default_scope=False)
+    with DefaultScope.overwrite_default_scope('mmseg'):
+        model = MODELS.build(dict(cfg.model, backbone=dict(cfg.model.backbone, init_cfg=None)))
+        optim = build_optim_wrapper(model, cfg.optim_wrapper)
+    assert type(model.backbone).__name__ == 'WeightFormer' and model.backbone.init_cfg is None
+    torch.manual_seed(0)
+    samples = []
+    for _ in range(2):
+        sample = SegDataSample(gt_sem_seg=PixelData(data=torch.randint(0, 150, (1, 128, 96))))
+        sample.set_metainfo(dict(img_shape=(128, 96), ori_shape=(128, 96)))
+        samples.append(sample)
+    data = dict(inputs=[torch.randint(0, 256, (3, 128, 96), dtype=torch.uint8) for _ in range(2)], data_samples=samples)
+    losses = model.train_step(data, optim)
+    assert losses and all(torch.isfinite(v).all() for v in losses.values())

@@ -3,50 +3,51 @@ dense backbones, with random weights or a checkpoint."""
 from __future__ import annotations
 
 import copy
-import inspect
 import os.path as osp
 
 import torch.nn as nn
 
 from mmwf.models.initializers import load_pretrained
+from mmwf.models.layers.implementation import check_choice
 
-# a classifier name's suffix -> the choices it sets on WeightFormer's dynamic layers: '+triton', the Triton kernels
-# (the per-sample depthwise conv and the factored dynamic linear), timed beside the rule's picks
-KERNEL_VARIANTS = {'triton': dict(dynamic_dwc=dict(conv='triton'), dynamic_linear=dict(form='fused'))}
+# a classifier name's suffix -> the choices it sets on every layer of the network that holds them: '+triton', the
+# Triton kernels (the depthwise convs, static ones included, and the factored dynamic linear), timed beside the rule's
+KERNEL_VARIANTS = {'triton': dict(conv='triton', form='fused')}
 
 
-def kernel_variant(cfg: dict, variant: str) -> dict:
-    """The WeightFormer config ``cfg`` with its dynamic layers' choices set to :data:`KERNEL_VARIANTS`'s ``variant``
-    (where a layer holds that choice)."""
-    from mmwf.models.backbones import WeightFormer
-    from mmwf.registry import MODELS
-    if variant not in KERNEL_VARIANTS or cfg['type'] != 'WeightFormer':
-        raise ValueError(f'+{variant} is not a kernel variant of {cfg["type"]}: WeightFormer\'s names take '
+def split_kernel_variant(name: str) -> tuple[str, dict[str, str]]:
+    """(the classifier name, the layer choices of its :data:`KERNEL_VARIANTS` suffix, empty without one)."""
+    base, plus, variant = name.partition('+')
+    if plus and variant not in KERNEL_VARIANTS:
+        raise ValueError(f'{name!r}: +{variant} is not a kernel variant; one of '
                          f'{", ".join("+" + v for v in KERNEL_VARIANTS)}')
-    defaults = inspect.signature(WeightFormer).parameters
-    if not cfg.get('dynamic_blocks', True):
-        raise ValueError(f'+{variant}: this WeightFormer has no dynamic blocks, so no layer takes the kernels')
-    cfg = dict(cfg)
-    for key, choices in KERNEL_VARIANTS[variant].items():
-        layer = cfg.get(key, defaults[key].default)
-        if layer is not None:
-            held = MODELS.get(layer['type']).choices
-            cfg[key] = dict(layer, **{k: v for k, v in choices.items() if k in held})
-    return cfg
+    return base, KERNEL_VARIANTS[variant] if plus else {}
+
+
+def with_kernels(model: nn.Module, name: str) -> nn.Module:
+    """``model`` (built from ``name``'s config) with the choices of ``name``'s kernel variant set, for good, on
+    every layer that holds them; a variant no layer of the network takes is refused."""
+    _, choices = split_kernel_variant(name)
+    held = [(m, key) for m in model.modules() for key in choices if key in getattr(m, 'choices', ())]
+    if choices and not held:
+        raise ValueError(f'{name!r}: no layer of this network takes the kernels of its variant')
+    for module, key in held:
+        setattr(module, key, check_choice(key, choices[key]))
+    return model
 
 
 def classifier_config(name: str) -> dict:
     """An ImageNet classifier by its name -> its backbone config with the 1000-class head. The names are mmwf's
     timm names, one per ImageNet config (``configs/imagenet/<name, _ as ->_in1k.py``): ``weightformer_{t,s,b}``,
     Table 2's ``weightformer_t_static`` and ``weightformer_t_dyn_*``, Table 6's ``weightformer_t_dynamic_{4,...,17}``,
-    ``deit_{t,s,b}_{softmax,elu,relu,inline,mhla,ttt}``; a WeightFormer name with a :data:`KERNEL_VARIANTS` suffix
-    (``weightformer_t+triton``) is that network with those kernels."""
+    ``deit_{t,s,b}_{softmax,elu,relu,inline,mhla,ttt}``. A name may carry a :data:`KERNEL_VARIANTS` suffix
+    (``weightformer_t+triton``): the config is the network's, and :func:`with_kernels` sets the kernels on the
+    built model."""
     from mmwf.models.backbones import deit_study, weightformer
-    base, plus, variant = name.partition('+')
+    base, _ = split_kernel_variant(name)
     for family, variants in (('WeightFormer', weightformer.TIMM_VARIANTS), ('DeiT', deit_study.TIMM_VARIANTS)):
         if base in variants:
-            cfg = dict(type=family, num_classes=1000, **copy.deepcopy(variants[base]))
-            return kernel_variant(cfg, variant) if plus else cfg
+            return dict(type=family, num_classes=1000, **copy.deepcopy(variants[base]))
     raise ValueError(f'{name!r} is not a classifier name: one of mmwf\'s timm names (weightformer_t, '
                      'weightformer_t_static, deit_t_softmax, deit_b_ttt, ...; timm.list_models("weightformer*") '
                      'and timm.list_models("deit_[tsb]_*") list them), optionally with a kernel variant '
@@ -66,10 +67,8 @@ def build_classifier(name: str, **timm_args) -> nn.Module:
     weights in eval mode; ``timm_args`` are timm's model arguments (e.g. ``norm_layer='rmsnorm'``,
     ``mlp_layer='swiglu'``)."""
     import timm
-    cfg = classifier_config(name)  # the name checked, with the list of names
-    base, plus, variant = name.partition('+')
-    layers = {key: cfg[key] for key in KERNEL_VARIANTS.get(variant, ()) if key in cfg} if plus else {}
-    return timm.create_model(base, **layers, **timm_args).eval()
+    classifier_config(name)  # the name checked, with the list of names
+    return with_kernels(timm.create_model(split_kernel_variant(name)[0], **timm_args), name).eval()
 
 
 def backbone_config(spec: str) -> dict:

@@ -24,7 +24,7 @@ def train_step(name: str, part: str, batch: int, size: int, device: str, amp: bo
     bf16 on the CPU). ``network``: a classifier (images -> logits) from elsewhere (a reference's) trained instead
     of ``name``'s. ``protocol``: bf16 autocast instead of ``amp``, and the compile mode of the network (the
     classifier, or the backbone and the pyramid each, as the dense configs compile them)."""
-    from mmwf.analysis.models import backbone_config, classifier_config
+    from mmwf.analysis.models import backbone_config, classifier_config, with_kernels
     from mmwf.models.necks import SimpleFeaturePyramid
     from mmwf.registry import MODELS
     if part not in PARTS:
@@ -37,11 +37,11 @@ def train_step(name: str, part: str, batch: int, size: int, device: str, amp: bo
         model = network
         forward = protocol.prepare(model)
     elif part == 'classifier':
-        model = MODELS.build(dict(classifier_config(name), out_type='timm'))
+        model = with_kernels(MODELS.build(dict(classifier_config(name), out_type='timm')), name)
         forward = protocol.prepare(model)
     else:
         cfg = backbone_config(name)
-        backbone = MODELS.build(dict(cfg, out_indices=(-1,), final_norm=False))
+        backbone = with_kernels(MODELS.build(dict(cfg, out_indices=(-1,), final_norm=False)), name)
         neck = SimpleFeaturePyramid(backbone.embed_dims)
         model = nn.ModuleList([backbone, neck])
         compiled_backbone, compiled_neck = protocol.prepare(backbone), protocol.prepare(neck)

@@ -226,20 +226,21 @@ def test_onnx_benchmark_checks_and_times_both_exports(tmp_path):
     assert any(r.startswith(static) for r in out.splitlines())
 
 
-def test_a_kernel_variant_name_sets_the_dynamic_layers_choices():
-    """'weightformer_t+triton' is WF-T whose dynamic layers hold the Triton choices (the per-sample conv and the
-    fused dynamic linear), and nothing else of it changes; a name the variant cannot apply to is refused."""
+def test_a_kernel_variant_name_sets_the_layers_choices():
+    """'weightformer_t+triton' is WF-T whose depthwise convs (static ones too) and dynamic linears hold the Triton
+    choices, and nothing else of it changes; a name the variant cannot apply to is refused."""
     from mmwf.analysis.models import build_classifier, classifier_config
-    cfg = classifier_config('weightformer_t+triton')
-    assert cfg == dict(classifier_config('weightformer_t'),
-                       dynamic_dwc=dict(type='AdaptiveDynamicDWConv', conv='triton'),
-                       dynamic_linear=dict(type='BilateralDynamicLinear', form='fused'))
-    model = build_classifier('weightformer_t_dyn_linear1+triton')  # static DWConvs: the linears alone take it
+    assert classifier_config('weightformer_t+triton') == classifier_config('weightformer_t')
+    model = build_classifier('weightformer_t_dyn_linear1+triton')  # static DWConvs, one dynamic linear a block
     held = {(type(m).__name__, name, getattr(m, name)) for m in model.modules() for name in getattr(m, 'choices', ())
             if name in ('conv', 'form')}
-    assert held == {('BilateralDynamicLinear', 'form', 'fused')}
-    for name, match in (('deit_t_softmax+triton', 'not a kernel variant of DeiT'),
-                        ('weightformer_t+cuda', 'not a kernel variant'),
-                        ('weightformer_t_static+triton', 'no dynamic blocks')):
-        with pytest.raises(ValueError, match=match):
-            classifier_config(name)
+    assert held == {('BilateralDynamicLinear', 'form', 'fused'), ('StaticDWConv', 'conv', 'triton')}
+    reference = build_classifier('weightformer_t_dyn_linear1')
+    reference.load_state_dict(model.state_dict())
+    image = torch.randn(1, 3, 64, 48)
+    with torch.no_grad():
+        torch.testing.assert_close(model(image), reference(image), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match='no layer of this network takes the kernels'):
+        build_classifier('deit_t_softmax+triton')
+    with pytest.raises(ValueError, match=r'\+cuda is not a kernel variant'):
+        classifier_config('weightformer_t+cuda')

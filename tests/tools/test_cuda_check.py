@@ -14,8 +14,8 @@ STEPS = ['cuda-tests', 'table3', 'table3-compiled', 'train-imagenet-compiled', '
          'train-imagenet', 'train-cascade-compiled', 'train-cascade', 'train-upernet', 'train-wf-dit-bf16',
          'train-wf-dit-fp16', 'generation', 'kernels', 'triton', 'train-imagenet-triton', 'profile', 'engine-split',
          'onnx-fp32', 'onnx-fp16', 'nccl']
-# ONNX Runtime's CUDA provider, NCCL; the Triton kernels' training step (the interpreter's minutes)
-CUDA_ONLY = ['train-imagenet-triton', 'onnx-fp32', 'onnx-fp16', 'nccl']
+# the Triton kernels' steps (the interpreter's minutes), ONNX Runtime's CUDA provider, NCCL
+CUDA_ONLY = ['triton', 'train-imagenet-triton', 'onnx-fp32', 'onnx-fp16', 'nccl']
 DEIT_T = 'deit_tiny_patch16_224'
 
 

@@ -100,7 +100,6 @@ def steps(out: str, dry_run: bool) -> list[Step]:
     gen = ['--sizes', 8 if dry_run else 32, '--batch', 2 if dry_run else 32, '--device', dev, *rounds]
     gen_no_memory = ['--no-memory'] if dry_run else []
     dit = 'S/2' if dry_run else 'B/2'
-    interpret = dict(TRITON_INTERPRET='1') if dry_run else {}  # the Triton kernels on the CPU
     return [
         Step('cuda-tests', 'tests/test_cuda.py (pytest -m cuda)',
              [sys.executable, '-m', 'pytest', '-m', 'cuda', 'tests/test_cuda.py', '-p', 'no:cacheprovider', '-q',
@@ -142,13 +141,14 @@ def steps(out: str, dry_run: bool) -> list[Step]:
              tool('kernels', '--models', WF_T, '--sizes', *sizes, '--batch', *batch,
                   *rounds, '--device', dev), 90),
         Step('triton', "WF-T with the dynamic layers' Triton kernels (+triton) beside WF-T and DeiT-T, eager fp32",
-             tool('inference', '--models', WF_T, f'{WF_T}+triton', DEIT_T, *table3), 90, env=interpret),
+             tool('inference', '--models', WF_T, f'{WF_T}+triton', DEIT_T, *table3), 90,
+             # a GPU in the dry run too: under Triton's interpreter these steps add a minute to the suite, and
+             # tests/analysis and tests/models/layers check the variant and the kernels on the CPU
+             need=need_gpus(1, dry_run)),
         Step('train-imagenet-triton', f'the ImageNet training step with the Triton kernels, batch {cls_batch} at '
              f'{cls_size}, AMP', tool('train', '--models', WF_T, f'{WF_T}+triton', 'deit_t_softmax', '--part',
                                       'classifier', '--batch', cls_batch, '--size', cls_size, '--amp', '--device',
-                                      dev, *rounds, '--iters', 1 if dry_run else 3), 90, env=interpret,
-             # the dry run's 'triton' step checks the variant's wiring; its training step under the interpreter
-             # adds half a minute to the suite and nothing more
+                                      dev, *rounds, '--iters', 1 if dry_run else 3), 90,
              need=need_gpus(1, dry_run)),
         Step('profile', 'WF-DiT vs DiT S/2 training step by phase and operator group',
              tool('generation', '--profile', '--archs', 'S/2', '--modes', 'train', *gen), 60),

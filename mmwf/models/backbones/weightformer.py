@@ -83,8 +83,11 @@ class WeightFormerBlock(nn.Module):
         plain = not has_forward_hooks(self)  # no hook sees an intermediate: fused and in-place evaluations
         inplace = plain and not torch.is_grad_enabled()
         x = self.norm1(x)
-        y = self.dwc(x, hw)
-        x = y.add_(x) if inplace else y + x
+        if plain:  # the shortcut in the conv's own evaluation (the Triton kernel's one pass)
+            x = self.dwc(x, hw, residual=True)
+        else:
+            y = self.dwc(x, hw)
+            x = y.add_(x) if inplace else y + x
         y = self.drop_path(self.channel_mixer(self.norm2(x), hw, inplace, fused=plain))
         return y.add_(x) if inplace else y + x
 

@@ -218,11 +218,16 @@ _per_sample_dwconv.register_autograd(_backward, setup_context=_setup_context)
 
 
 def per_sample_dwconv_triton(x: torch.Tensor, hw: tuple[int, int], taps: torch.Tensor,
-                             bias: torch.Tensor | None = None) -> torch.Tensor:
+                             bias: torch.Tensor | None = None, residual: bool = False) -> torch.Tensor:
     """Tokens x (B, H*W, C) on grid ``hw`` convolved depthwise with per-sample taps (B, K*K, C) (or (1, K*K, C),
-    shared by the batch), plus ``bias`` (C): (B, H*W, C), by the Triton kernels (on the CPU under
-    ``TRITON_INTERPRET=1``)."""
+    shared by the batch), plus ``bias`` (C), plus x itself when ``residual``: (B, H*W, C), by the Triton kernels (on
+    the CPU under ``TRITON_INTERPRET=1``). The residual is the centre tap plus one, in fp32 at least (x + conv(x)
+    is conv(x) with that tap), so the kernel adds it in its one pass at no cost; the taps' gradient is unchanged."""
     if not TRITON_AVAILABLE:
         raise RuntimeError('per_sample_dwconv_triton needs triton (it ships with torch\'s CUDA builds)')
-    _check(x, hw, taps, bias)
+    k = _check(x, hw, taps, bias)
+    if residual:
+        centre = torch.zeros(k * k, 1, dtype=torch.promote_types(taps.dtype, torch.float32), device=taps.device)
+        centre[k * k // 2] = 1
+        taps = taps + centre
     return _per_sample_dwconv(x, int(hw[0]), int(hw[1]), taps, bias)

@@ -233,16 +233,19 @@ class DynamicDWConv(nn.Module):
         k = self.kernel_size
         return tokens_to_map(self.normalise(self.delta_taps(x, hw)), (k, k))
 
-    def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, hw: tuple[int, int], residual: bool = False) -> torch.Tensor:
+        """Tokens x (B, H*W, C) -> the convolution (B, H*W, C), plus x when ``residual`` (a block's shortcut: in
+        the Triton kernel's one pass, else one add)."""
         k = self.kernel_size
         taps = self.w.view(self.dim, k * k).t() + self.normalise(self.delta_taps(x, hw))  # (B, K*K, C)
         conv = in_graph(self.conv)
         impl = conv if conv != 'auto' else kernel('depthwise_conv', x.device, records_autograd(x, taps))
         if impl == 'triton':  # one kernel on the tokens and the taps (layers/dwconv_triton.py)
             from .dwconv_triton import per_sample_dwconv_triton
-            return per_sample_dwconv_triton(x, hw, taps, self.b)
+            return per_sample_dwconv_triton(x, hw, taps, self.b, residual)
         weight = tokens_to_map(taps, (k, k))  # (B, C, K, K)
-        return map_to_tokens(per_sample_depthwise_conv(tokens_to_map(x, hw), weight, self.b, impl))
+        return add_shortcut(map_to_tokens(per_sample_depthwise_conv(tokens_to_map(x, hw), weight, self.b, impl)), x,
+                            residual)
 
     def extra_repr(self) -> str:
         return f'dim={self.dim}, kernel_size={self.kernel_size}'
@@ -312,10 +315,33 @@ class ConvDynamicDWConv(DynamicDWConv):
 
 @MODELS.register_module()
 class StaticDWConv(nn.Conv2d):
-    """Static depthwise K x K conv (with bias) on tokens, with the dynamic layers' call signature."""
+    """Static depthwise K x K conv (with bias) on tokens, with the dynamic layers' call signature.
 
-    def __init__(self, dim: int, kernel_size: int = 3) -> None:
+    Args:
+        dim (int): channels C.
+        kernel_size (int): K. Defaults to 3.
+        conv (str): ``'triton'``, the per-sample conv's Triton kernel with the one kernel shared by the batch (a
+            choice, not yet the rule's: no GPU has timed it; traced and exported graphs take nn.Conv2d); any other
+            value, nn.Conv2d (the per-sample evaluations have one form for a static kernel). Defaults to ``'auto'``.
+    """
+
+    choices = ('conv',)
+
+    def __init__(self, dim: int, kernel_size: int = 3, conv: str = 'auto') -> None:
         super().__init__(dim, dim, kernel_size, padding=kernel_size // 2, groups=dim)
+        self.conv = check_choice('conv', conv)
 
-    def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-        return map_to_tokens(super().forward(tokens_to_map(x, hw)))
+    def forward(self, x: torch.Tensor, hw: tuple[int, int], residual: bool = False) -> torch.Tensor:
+        """Tokens x (B, H*W, C) -> the convolution (B, H*W, C), plus x when ``residual``."""
+        if in_graph(self.conv) == 'triton':
+            from .dwconv_triton import per_sample_dwconv_triton
+            taps = self.weight.view(self.out_channels, -1).t().unsqueeze(0)  # (1, K*K, C): stride 0 over the batch
+            return per_sample_dwconv_triton(x, hw, taps, self.bias, residual)
+        return add_shortcut(map_to_tokens(super().forward(tokens_to_map(x, hw))), x, residual)
+
+
+def add_shortcut(y: torch.Tensor, x: torch.Tensor, residual: bool) -> torch.Tensor:
+    """y + x where ``residual`` (in place on y, a layer's fresh output, where autograd does not record it), else y."""
+    if not residual:
+        return y
+    return y + x if records_autograd(y, x) else y.add_(x)

@@ -290,3 +290,27 @@ def test_new_head_and_pooling_survive_save_pretrained(tmp_path):
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         assert_same_computation(again(x), model(x))
+
+
+def test_the_guides_timm_block_runs_as_printed(tmp_path, monkeypatch):
+    """docs/guides/frontends.md's timm block, executed whole as printed in a folder with a run's epoch_300.pth and an
+    offline hub cache holding the release's weights: each line gives what its comment says."""
+    from tests.test_docs import block
+    released = WeightFormer('t', num_classes=1000).state_dict()
+    safe = tmp_path / 'model.safetensors'
+    save_file({k: v.contiguous() for k, v in released.items()}, str(safe))
+    offline_hub_repo(tmp_path / 'hub', 'RuizeHe/weightformer-t', {'model.safetensors': safe.read_bytes()}, monkeypatch)
+    ours = {k: v + 1 for k, v in released.items()}  # a run of ours: other weights than the release's
+    checkpoint = dict(meta=dict(epoch=300), state_dict={f'backbone.{k}': v for k, v in ours.items()})
+    plain_checkpoint(checkpoint)
+    torch.save(checkpoint, tmp_path / 'epoch_300.pth')
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(block('guides/frontends.md', 'import mmwf, timm'), 'frontends.md', 'exec'), namespace)
+    for name, expected in (('model', released), ('local', ours)):
+        state = namespace[name].state_dict()
+        assert all(torch.equal(state[k], v) for k, v in expected.items()), name
+    maps = namespace['feats'](torch.randn(1, 3, 64, 96))
+    assert [tuple(m.shape) for m in maps] == [(1, 384, 4, 6)] * 4
+    cfg = namespace['cfg']
+    assert (cfg['interpolation'], cfg['crop_mode'], cfg['input_size']) == ('bicubic', 'squash', (3, 224, 224))

@@ -130,3 +130,44 @@ def test_the_operators_pass_torch_library_opcheck():
     torch.library.opcheck(torch.ops.mmwf.per_sample_dwconv.default, (x, 3, 5, taps, bias, False))
     torch.library.opcheck(torch.ops.mmwf.per_sample_dwconv_taps_grad.default,
                           (x, 3, 5, torch.randn(2, 15, 6, requires_grad=True), 3))
+
+
+@pytest.mark.parametrize('shared', [False, True], ids=['per-sample', 'shared'])
+def test_the_shortcut_in_the_kernel_equals_adding_the_tokens(shared):
+    """residual=True (x + conv(x): the centre tap plus one) against eq. 9 plus the tokens, outputs and gradients, in
+    fp64; in bf16 the taps stay in fp32 for the fold, so the error bound is the convolution's own."""
+    B, H, W, C, K = 3, 5, 7, 10, 3
+    x = torch.randn(B, H * W, C, dtype=torch.float64, requires_grad=True)
+    taps = torch.randn(1 if shared else B, K * K, C, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(C, dtype=torch.float64, requires_grad=True)
+    out = per_sample_dwconv_triton(x, (H, W), taps, bias, residual=True)
+    expected = reference(x, (H, W), taps, bias) + x
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    weights = torch.randn_like(out)
+    for g, r in zip(torch.autograd.grad((out * weights).sum(), (x, taps, bias)),
+                    torch.autograd.grad((expected * weights).sum(), (x, taps, bias)), strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-12, atol=1e-12)
+    xb, tb = x.detach().bfloat16(), taps.detach().bfloat16()
+    low = per_sample_dwconv_triton(xb, (H, W), tb, residual=True).double()
+    exact = reference(xb.double(), (H, W), tb.double(), None) + xb.double()
+    scale = reference(xb.double().abs(), (H, W), tb.double().abs(), None) + xb.double().abs()
+    u32, ulp = torch.finfo(torch.float32).eps / 2, torch.finfo(torch.bfloat16).eps
+    assert ((low - exact).abs() <= ((K * K + 2) * u32 + ulp) * scale).all()
+
+
+def test_static_convs_take_the_kernel_with_their_one_weight():
+    """StaticDWConv with conv='triton': the kernel with its weight shared by the batch (a zero batch stride), with
+    and without the shortcut, equals nn.Conv2d's, outputs and gradients."""
+    from mmwf.models.layers import StaticDWConv
+    layer = randomised(StaticDWConv(12).double())
+    x = torch.randn(2, 6 * 5, 12, dtype=torch.float64, requires_grad=True)
+    for residual in (False, True):
+        outs = []
+        for choice in ('triton', 'auto'):
+            with evaluation(layer, conv=choice):
+                out = layer(x, (6, 5), residual=residual)
+            outs.append((out, torch.autograd.grad(out.square().sum(), (x, *layer.parameters()))))
+        (a, ga), (b, gb) = outs
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+        for g, r in zip(ga, gb, strict=True):
+            torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-12)
