@@ -196,8 +196,10 @@ def test_our_backbone_in_mmsegs_own_config_trains_a_step(tmp_path):
     assert set(cfg.model.backbone) == {'type', 'arch', 'out_indices', 'drop_path_rate', 'init_cfg'}
     adapt_to_device(cfg)
     register_all_modules(init_default_scope=False)
+    preprocessor = dict(cfg.model.data_preprocessor, size=(128, 96))  # the samples' size: no pad to 512 on a CPU
     with DefaultScope.overwrite_default_scope('mmseg'):
-        model = MODELS.build(dict(cfg.model, backbone=dict(cfg.model.backbone, init_cfg=None)))
+        model = MODELS.build(dict(cfg.model, backbone=dict(cfg.model.backbone, init_cfg=None),
+                                  data_preprocessor=preprocessor))
         optim = build_optim_wrapper(model, cfg.optim_wrapper)
     assert type(model.backbone).__name__ == 'WeightFormer' and model.backbone.init_cfg is None
     torch.manual_seed(0)
