@@ -15,6 +15,7 @@ import torch.nn as nn
 import mmwf  # noqa: F401  (registers the hooks)
 from mmwf.engine import resume_checkpoint
 from mmwf.engine.hooks.strict_load import optimizer_state_mismatch
+from mmwf.utils import CheckpointMismatchError
 from mmwf.utils.checkpoint import CheckpointError, atomic_write, checkpoint_problem
 from tests.toy import ToyModel, make_runner
 
@@ -179,6 +180,31 @@ def test_partial_load_loads_the_matching_tensors_and_logs_the_rest(trained, tmp_
     log = log_text(tmp_path)
     assert f'partial_load=True: loaded only the tensors of {trained / "iter_6.pth"} that match the model' in log
     assert 'missing keys (2): extra.bias, extra.weight' in log
+
+
+class ToyWithBackbone(ToyModel):
+    """The toy model with a small WeightFormer beside its linear (which its forward alone uses)."""
+
+    def __init__(self):
+        super().__init__()
+        from mmwf.models.backbones import WeightFormer
+        self.backbone = WeightFormer(dict(embed_dims=16, depth=2, mlp_ratio=2))
+
+
+def test_partial_load_holds_for_a_checkpoint_without_the_backbone(trained, tmp_path):
+    """A run's partial_load=True also opts out of the backbones' own guard: mmengine's lenient load after
+    StrictLoadHook may leave the backbone untouched (its tensors are listed as left out); without the opt-out the
+    run stops before the first batch."""
+    runner = make_runner(tmp_path / 'partial', 1, model=ToyWithBackbone(), load_from=str(trained / 'iter_6.pth'),
+                         cfg=dict(partial_load=True))
+    runner.load_or_resume()
+    assert runner.model.backbone.partial_load
+    saved = torch.load(trained / 'iter_6.pth', weights_only=True)['state_dict']
+    assert torch.equal(runner.model.linear.weight, saved['linear.weight'])
+    assert 'under backbone' in log_text(tmp_path / 'partial')
+    strict = make_runner(tmp_path / 'strict', 1, model=ToyWithBackbone(), load_from=str(trained / 'iter_6.pth'))
+    with pytest.raises(CheckpointMismatchError, match='missing keys'):
+        strict.load_or_resume()
 
 
 def test_matching_checkpoint_loads_every_tensor(trained, tmp_path):

@@ -125,6 +125,9 @@ class StrictLoadHook(Hook):
             state = {re.sub(pattern, replacement, k): v for k, v in state.items()}
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         partial = bool(runner.cfg.get(PARTIAL_LOAD, False))
+        for module in model.modules():  # the backbones' own guard (a load giving them nothing) honours the opt-out
+            if hasattr(module, PARTIAL_LOAD):
+                setattr(module, PARTIAL_LOAD, partial)
         fsdp, own, shapes = fsdp_model(runner), None, None
         if fsdp is None:
             mismatch = load_checked(model, state)

@@ -76,7 +76,8 @@ def refuse_a_load_without_weights(module: nn.Module, incompatible) -> None:
     from mmwf.utils.checkpoint import CheckpointMismatchError
     from mmwf.utils.checkpoint.strict import in_checked_load
     missing = set(incompatible.missing_keys)
-    if not missing or in_checked_load():  # mmwf's own loads name every mismatch themselves
+    # mmwf's own loads name every mismatch themselves; a run's partial_load=True opts out, logged by StrictLoadHook
+    if not missing or in_checked_load() or module.partial_load:
         return
     own = list(module.state_dict())
     first = own[0]
@@ -147,6 +148,7 @@ class PlainBackbone(BaseModule, HubModel):
                  norm_cfg: dict = dict(type='LN')) -> None:
         super().__init__(init_cfg=init_cfg)
         self.register_load_state_dict_post_hook(refuse_a_load_without_weights)
+        self.partial_load = False  # set by a run's partial_load=True (StrictLoadHook): loads may leave it untouched
         self.norm_cfg = norm_cfg
         name = type(self).__name__
         if out_type not in self.OUT_TYPES:
