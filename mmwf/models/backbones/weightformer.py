@@ -83,11 +83,9 @@ class WeightFormerBlock(nn.Module):
         plain = not has_forward_hooks(self)  # no hook sees an intermediate: fused and in-place evaluations
         inplace = plain and not torch.is_grad_enabled()
         x = self.norm1(x)
-        if plain:  # the shortcut in the conv's own evaluation (the Triton kernel's one pass)
-            x = self.dwc(x, hw, residual=True)
-        else:
-            y = self.dwc(x, hw)
-            x = y.add_(x) if inplace else y + x
+        # the shortcut in the conv's own evaluation (the Triton kernel's one pass; in place in inference), unless a
+        # hook watches the conv's output
+        x = self.dwc(x, hw, residual=True) if plain else self.dwc(x, hw) + x
         y = self.drop_path(self.channel_mixer(self.norm2(x), hw, inplace, fused=plain))
         return y.add_(x) if inplace else y + x
 
