@@ -95,6 +95,19 @@ step "mmwf (editable, with its requirements) and test tools"
 "${PIP[@]}" -r "$ROOT/requirements/generation.txt" || fail "pip could not install the generation requirements (requirements/generation.txt)"
 "${PIP[@]}" -r "$ROOT/requirements/docs.txt" || fail "pip could not install the documentation requirements (requirements/docs.txt)"
 
+step "cluster launchers for the tests: Slurm, munge, Open MPI (Debian packages, as root)"
+LAUNCHER_PACKAGES=(slurmctld slurmd slurm-client munge openmpi-bin)
+if command -v srun >/dev/null && command -v slurmctld >/dev/null && command -v munged >/dev/null \
+    && command -v mpirun >/dev/null; then
+  echo "    installed"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${LAUNCHER_PACKAGES[@]}" >/dev/null; } \
+    || echo "    !! apt-get could not install ${LAUNCHER_PACKAGES[*]}: the tests through a real srun / mpirun skip"
+else
+  echo "    not root or no apt-get: the tests through a real srun / mpirun skip (install ${LAUNCHER_PACKAGES[*]})"
+fi
+
 step "stack check"
 "$PY" -c "import mmwf; from mmwf.utils import check_stack; check_stack(require_mmcv_ops=True); print('stack ok')" \
   || fail "the stack check failed (message above)"

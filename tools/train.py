@@ -9,9 +9,9 @@ from tool_args import add_runner_args, load_tool_config
 
 import mmwf  # noqa: F401  (registers modules)
 from mmwf.engine import resume_checkpoint
-from mmwf.engine.launch import build_runner, named_annotation_errors, restored_state
+from mmwf.engine.launch import build_runner, check_launcher, named_annotation_errors, restored_state
 from mmwf.engine.work_dir import owned_work_dir
-from mmwf.engine.world import launcher_world_size, scale_to_world
+from mmwf.engine.world import launched_process, scale_to_world
 from mmwf.utils import check_stack, close_distributed
 
 
@@ -39,11 +39,13 @@ def main() -> None:
         cfg.resume, cfg.load_from = path is not None, path
     elif args.resume:
         cfg.resume, cfg.load_from = True, args.resume
+    check_launcher(cfg)  # a refused start leaves no lock in the work folder
+    process = launched_process(args.launcher)  # before the process group exists: srun and mpirun set no RANK
     if args.auto_scale_lr:
-        world_size = launcher_world_size(args.launcher)
-        scaled = [f'--auto-scale-lr ({world_size} processes): {line}' for line in scale_to_world(cfg, world_size)]
+        scaled = [f'--auto-scale-lr ({process.world_size} processes): {line}'
+                  for line in scale_to_world(cfg, process.world_size)]
     try:
-        with owned_work_dir(cfg.work_dir) as taken, named_annotation_errors(cfg):
+        with owned_work_dir(cfg.work_dir, process.rank) as taken, named_annotation_errors(cfg):
             runner = build_runner(cfg, ('train', 'val'))
             for line in [*notes, *taken]:
                 runner.logger.warning(line)

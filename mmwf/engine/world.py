@@ -7,7 +7,9 @@ mmwf's key, 'linear' by default) and its per-rank seed in :class:`~mmwf.engine.h
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable
+from typing import NamedTuple
 
 from mmengine.config import Config
 
@@ -36,17 +38,79 @@ def rank_seed(rule: str, seed: int, rank: int, world_size: int) -> int:
     return SEED_RULES[rule](seed, rank, world_size)
 
 
+# what each launcher sets in a process's environment before torch.distributed starts: rank, world size, local rank
+LAUNCHER_VARIABLES = {
+    'pytorch': ('RANK', 'WORLD_SIZE', 'LOCAL_RANK'),  # torchrun
+    'slurm': ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_LOCALID'),  # srun
+    'mpi': ('OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE', 'OMPI_COMM_WORLD_LOCAL_RANK'),  # Open MPI's mpirun
+}
+LAUNCHERS = ('none', *LAUNCHER_VARIABLES)  # the choices of every tool's --launcher
+LAUNCHER_COMMANDS = {'pytorch': 'torchrun / tools/dist_train.sh', 'slurm': 'srun / tools/slurm_train.sh',
+                     'mpi': 'mpirun'}
+
+
+class LaunchedProcess(NamedTuple):
+    """This process as its launcher placed it, read before any process group exists."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+def launched_process(launcher: str) -> LaunchedProcess:
+    """Rank, world size and local rank of this process from the variables its ``launcher`` set
+    (:data:`LAUNCHER_VARIABLES`), as mmengine's ``init_dist`` reads them: usable before the process group exists
+    (torchrun sets ``RANK``, but ``srun`` and ``mpirun`` set only their own). Without a launcher: (0, 1, 0)."""
+    if launcher == 'none':
+        return LaunchedProcess(0, 1, 0)
+    if launcher not in LAUNCHER_VARIABLES:
+        raise ValueError(f'--launcher {launcher!r} is not one of none, {", ".join(LAUNCHER_VARIABLES)}')
+    missing = [name for name in LAUNCHER_VARIABLES[launcher] if name not in os.environ]
+    if missing:
+        raise RuntimeError(f'--launcher {launcher}: {", ".join(missing)} {"is" if len(missing) == 1 else "are"} not '
+                           f'set; start the tool with {LAUNCHER_COMMANDS[launcher]}, or give the launcher that '
+                           'started it')
+    rank, world_size, local_rank = (int(os.environ[name]) for name in LAUNCHER_VARIABLES[launcher])
+    return LaunchedProcess(rank, world_size, local_rank)
+
+
+def first_slurm_host(node_list: str) -> str:
+    """The first host of a Slurm node list (``node[01-04]``), by ``scontrol show hostnames`` as mmengine asks it."""
+    try:
+        out = subprocess.run(['scontrol', 'show', 'hostnames', node_list], capture_output=True, text=True,
+                             check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise RuntimeError(f'--launcher slurm: `scontrol show hostnames {node_list}` failed ({err}), so the first '
+                           'node, where rank 0 listens, is unknown; run under Slurm, or set MASTER_ADDR') from None
+    if not out:
+        raise RuntimeError(f'--launcher slurm: `scontrol show hostnames {node_list}` named no host; set MASTER_ADDR')
+    return out[0]
+
+
+def export_launcher_environment(launcher: str) -> LaunchedProcess:
+    """Set torch.distributed's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
+    ``MASTER_PORT``) from the launcher's, as mmengine's ``init_dist`` does before it joins the group on a GPU, so
+    that a group joined here (gloo on the CPU) finds them: Slurm's first node of ``SLURM_NODELIST`` and port 29500
+    unless ``MASTER_ADDR`` / ``MASTER_PORT`` are set; Open MPI needs ``MASTER_ADDR`` (``mpirun -x MASTER_ADDR=...``),
+    as mmengine does. Returns the process (:func:`launched_process`)."""
+    process = launched_process(launcher)
+    if launcher in ('slurm', 'mpi'):
+        if 'MASTER_ADDR' not in os.environ:
+            if launcher == 'mpi':
+                raise RuntimeError('--launcher mpi: MASTER_ADDR is not set; give the host of rank 0 to every process '
+                                   '(mpirun -x MASTER_ADDR=HOST -x MASTER_PORT=PORT ...)')
+            if 'SLURM_NODELIST' not in os.environ:
+                raise RuntimeError('--launcher slurm: SLURM_NODELIST is not set; start the tool with srun')
+            os.environ['MASTER_ADDR'] = first_slurm_host(os.environ['SLURM_NODELIST'])
+        os.environ.setdefault('MASTER_PORT', '29500')  # torch.distributed's default, as mmengine's
+        os.environ.update(RANK=str(process.rank), WORLD_SIZE=str(process.world_size),
+                          LOCAL_RANK=str(process.local_rank))
+    return process
+
+
 def launcher_world_size(launcher: str) -> int:
-    """The number of processes a launcher starts, read from what it sets in the environment before
-    torch.distributed starts (as mmengine's ``init_dist`` reads it): torchrun ``WORLD_SIZE``, slurm
-    ``SLURM_NTASKS``, mpi ``OMPI_COMM_WORLD_SIZE``; 1 without a launcher."""
-    variable = {'pytorch': 'WORLD_SIZE', 'slurm': 'SLURM_NTASKS', 'mpi': 'OMPI_COMM_WORLD_SIZE'}.get(launcher)
-    if variable is None:
-        return 1
-    if variable not in os.environ:
-        raise RuntimeError(f'--launcher {launcher}: {variable} is not set; start the tool with '
-                           f'{"torchrun / tools/dist_train.sh" if launcher == "pytorch" else launcher}')
-    return int(os.environ[variable])
+    """The number of processes a launcher starts (:func:`launched_process`); 1 without a launcher."""
+    return launched_process(launcher).world_size
 
 
 def accumulative_counts(cfg: Config) -> int:
@@ -62,6 +126,52 @@ def global_batch(world_size: int, per_gpu: int, accumulated: int) -> int:
 def config_global_batch(cfg: Config, world_size: int) -> int:
     """:func:`global_batch` of a config's train loader and optimizer wrapper on ``world_size`` processes."""
     return global_batch(world_size, int(cfg.train_dataloader.batch_size), accumulative_counts(cfg))
+
+
+SETTING_KEY = 'mmwf_setting'  # where a checkpoint's meta records the setting of its run
+
+
+def run_setting(world_size: int, per_gpu_batch: int, accumulated: int, scaling: dict | None) -> dict:
+    """What a run's recipe was derived for: processes, per-GPU batch, accumulated iterations, and the world size
+    ``--auto-scale-lr`` scaled it for (``scaling``: the run's ``auto_scale_lr``; None: not scaled) with the reference
+    batch it scaled to."""
+    scaling = scaling or {}
+    return dict(world_size=int(world_size), per_gpu_batch=int(per_gpu_batch), accumulative_counts=int(accumulated),
+                scaled_for=scaling.get('scaled_for'), base_batch_size=scaling.get('base_batch_size'))
+
+
+def describe_setting(setting: dict) -> str:
+    """A setting (:func:`run_setting`) in words."""
+    scaled = (f'scaled by --auto-scale-lr for {setting["scaled_for"]} processes' if setting.get('scaled_for')
+              else 'not scaled')
+    return (f'{setting["world_size"]} processes x {setting["per_gpu_batch"]} images x '
+            f'{setting["accumulative_counts"]} accumulated, {scaled}')
+
+
+def _scaling_changes_recipe(setting: dict) -> bool:
+    """Whether ``--auto-scale-lr`` changed anything for this setting: its global batch or its images per iteration
+    differ from the reference batch."""
+    base = setting.get('base_batch_size')
+    per_iteration = setting['world_size'] * setting['per_gpu_batch']
+    return bool(setting.get('scaled_for')) and base is not None and (
+        per_iteration != int(base) or setting['accumulative_counts'] != 1)
+
+
+def setting_mismatch(recorded: dict, current: dict) -> str | None:
+    """Why a run recorded with setting ``recorded`` cannot resume under ``current`` (None: it can). Its schedulers'
+    positions, the lr and the iteration reached were derived for ``recorded``; a resume under another world size,
+    per-GPU batch, accumulation or scaling would go on with them and train another recipe."""
+    keys = ('world_size', 'per_gpu_batch', 'accumulative_counts')
+    if all(recorded.get(k) == current[k] for k in keys) and \
+            _scaling_changes_recipe(recorded) == _scaling_changes_recipe(current):
+        return None
+    fix = (f'start it on {recorded["world_size"]} processes with train_dataloader.batch_size='
+           f'{recorded["per_gpu_batch"]} and optim_wrapper.accumulative_counts={recorded["accumulative_counts"]}'
+           f'{" and --auto-scale-lr" if recorded.get("scaled_for") else ", without --auto-scale-lr"}')
+    return (f'the run trained with {describe_setting(recorded)}; this start has {describe_setting(current)}. Its '
+            'schedulers, lr and iteration were derived for the first, so it would go on training another recipe. To '
+            f'resume, {fix}. To go on from its weights under the new setting, start a new run with load_from=PATH '
+            '(the schedule starts again).')
 
 
 def schedules_lr(scheduler: dict) -> bool:
@@ -127,53 +237,170 @@ def scaled(value: int, factor: float) -> int:
     return max(int(round(value * factor)), 1 if value else 0)
 
 
+INF_STEP = 1_000_000_000  # mmengine's end of a scheduler without one
+
+# How each mmengine scheduler's positions map when one reference step becomes f steps, so that its value after k
+# reference steps is reached after k f: the fields that are positions ('reach'); 'last_change' when its ``end`` is one
+# past the step of its last value (mmengine's linear, poly, constant and exponential reach it at end - 1), else
+# ``end`` scales itself; 'gamma_per_step': an exponential factor per step becomes gamma ** (1 / f). OneCycle's phases
+# end one step before pct x total_steps, so it holds within a step.
+SCHEDULER_POSITIONS = {
+    'Linear': dict(reach=(), last_change=True),
+    'Poly': dict(reach=(), last_change=True),
+    'Constant': dict(reach=(), last_change=True),
+    'Exponential': dict(reach=(), last_change=True, gamma_per_step=True),
+    'CosineAnnealing': dict(reach=('T_max',), last_change=False),
+    'MultiStep': dict(reach=('milestones',), last_change=False),
+    'Step': dict(reach=('step_size',), last_change=False),
+    'OneCycle': dict(reach=('total_steps',), last_change=False),
+    'CosineRestart': dict(reach=('periods',), last_change=False),
+}
+
+
+def scheduler_family(kind: str) -> str | None:
+    """The key of :data:`SCHEDULER_POSITIONS` of a scheduler type (``LinearLR``, ``CosineAnnealingMomentum``,
+    ``PolyParamScheduler``, ``mmpretrain.CosineAnnealingWeightDecay``), None for a type it does not know."""
+    kind = kind.rpartition('.')[2]
+    for suffix in ('ParamScheduler', 'LR', 'Momentum', 'WeightDecay', 'Lr'):
+        if kind.endswith(suffix):
+            kind = kind[:-len(suffix)]
+            break
+    return kind if kind in SCHEDULER_POSITIONS else None
+
+
+def scale_scheduler(scheduler: dict, factor: float) -> tuple[list[str], str | None]:
+    """Map an iteration scheduler's positions to steps ``factor`` times as many (:data:`SCHEDULER_POSITIONS`), in
+    place. Returns the changes (``key old -> new``) and, for a type it does not know, why it was left alone."""
+    family = scheduler_family(str(scheduler.get('type', '')))
+    if family is None:
+        return [], (f'{scheduler.get("type")} is not a scheduler mmwf knows how to scale (its positions stay; '
+                    f'known: {", ".join(SCHEDULER_POSITIONS)})')
+    rule, moved = SCHEDULER_POSITIONS[family], {}
+    begin = int(scheduler.get('begin', 0))
+    moved['begin'] = scaled(begin, factor)
+    end = scheduler.get('end', INF_STEP)
+    if end < INF_STEP:
+        moved['end'] = (moved['begin'] + scaled(int(end) - begin - 1, factor) + 1 if rule['last_change']
+                        else moved['begin'] + scaled(int(end) - begin, factor))
+    for key in rule['reach']:
+        value = scheduler.get(key)
+        if value is not None:
+            moved[key] = [scaled(v, factor) for v in value] if isinstance(value, (list, tuple)) else scaled(value,
+                                                                                                           factor)
+    if rule.get('gamma_per_step') and 'gamma' in scheduler:
+        moved['gamma'] = float(scheduler['gamma']) ** (1 / factor)
+    changes = []
+    for key, value in moved.items():
+        old = scheduler.get(key, 0 if key == 'begin' else None)
+        if value != old and not (isinstance(old, (list, tuple)) and list(old) == value):
+            changes.append(f'{key} {old} -> {value:.6g}' if isinstance(value, float) else f'{key} {old} -> {value}')
+            scheduler[key] = value
+    return changes, None
+
+
+# The positions each hook type holds and what they count: 'iterations' (data iterations) or 'steps' (optimizer
+# steps); a third item names the switch that makes them count epochs when true (CheckpointHook's by_epoch). A hook
+# with an int interval or begin not listed here is named in the log. Hooks whose interval counts something else (a
+# visualizer's test images) are listed empty.
+HOOK_POSITIONS: dict[str, dict[str, tuple]] = {
+    'LoggerHook': dict(interval=('iterations',)),
+    'CheckpointHook': dict(interval=('iterations', 'by_epoch'), save_begin=('iterations', 'by_epoch')),
+    'SafeCheckpointHook': {},
+    # FlexibleEMAHook updates once per optimizer step, from step begin_iter, averaging every interval-th update
+    'EMAHook': dict(begin_iter=('steps',), interval=('steps',)),
+    'FlexibleEMAHook': dict(begin_iter=('steps',), interval=('steps',)),
+    'DetVisualizationHook': {},
+    'SegVisualizationHook': {},
+    'VisualizationHook': {},
+}
+POSITION_KEYS = ('interval', 'begin_iter', 'save_begin', 'val_begin', 'begin')
+
+
+def _hooks(cfg: Config) -> list[tuple[str, dict]]:
+    """Every hook config of ``cfg`` with its path: ``default_hooks.NAME`` and ``custom_hooks[i]``."""
+    found = [(f'default_hooks.{k}', v) for k, v in (cfg.get('default_hooks') or {}).items() if hasattr(v, 'get')]
+    found += [(f'custom_hooks[{i}]', v) for i, v in enumerate(cfg.get('custom_hooks') or []) if hasattr(v, 'get')]
+    return found
+
+
+def scale_hooks(cfg: Config, factors: dict[str, float]) -> list[str]:
+    """Scale every hook's positions (:data:`HOOK_POSITIONS`) by ``factors`` of their unit ('iterations', 'steps'),
+    in place; name the integer positions of hooks mmwf does not know, which stay. Returns the lines for the log."""
+    changes = []
+    for path, hook in _hooks(cfg):
+        kind = str(hook.get('type', '')).rpartition('.')[2]
+        known = HOOK_POSITIONS.get(kind)
+        if known is None:
+            held = [k for k in POSITION_KEYS if isinstance(hook.get(k), int) and not isinstance(hook.get(k), bool)]
+            if held and any(f != 1 for f in factors.values()):
+                changes.append(f'{path} ({kind}) {", ".join(f"{k}={hook[k]}" for k in held)}: not scaled (mmwf '
+                               'does not know whether it counts iterations or epochs); set it for this run by hand')
+            continue
+        for key, (unit, *epoch_switch) in known.items():
+            if key not in hook or (epoch_switch and hook.get(epoch_switch[0], True)):
+                continue
+            old = int(hook[key])
+            hook[key] = scaled(old, factors[unit])
+            if hook[key] != old:
+                changes.append(f'{path}.{key} {old} -> {hook[key]}')
+    return changes
+
+
+def iteration_schedulers(cfg: Config) -> list[tuple[int, dict]]:
+    """The parameter schedulers of ``cfg`` that count iterations (optimizer steps under
+    :class:`~mmwf.engine.hooks.OptimizerStepSchedulerHook`), with their index: ``by_epoch=False`` and not converted
+    from epochs (those count epochs' worth of data: the same images on any number of processes)."""
+    schedulers = cfg.get('param_scheduler') or []
+    schedulers = schedulers if isinstance(schedulers, list) else [schedulers]
+    return [(i, s) for i, s in enumerate(schedulers)
+            if s.get('by_epoch', True) is False and not s.get('convert_to_iter_based')]
+
+
+def check_schedule_counting(cfg: Config) -> None:
+    """Refuse a config whose iteration schedulers step once per data iteration (mmengine's ``ParamSchedulerHook``)
+    while its optimizer accumulates: warm-ups and decays would run ``accumulative_counts`` times too fast."""
+    hook = (cfg.get('default_hooks') or {}).get('param_scheduler') or {}
+    kind = str(hook.get('type', 'ParamSchedulerHook')).rpartition('.')[2]
+    if accumulative_counts(cfg) > 1 and kind != 'OptimizerStepSchedulerHook' and iteration_schedulers(cfg):
+        raise ValueError(f'optim_wrapper.accumulative_counts={accumulative_counts(cfg)} with {kind}: its iteration '
+                         'schedulers would step once per iteration, not once per optimizer step, and end the schedule '
+                         f'{accumulative_counts(cfg)} times too early. Set default_hooks.param_scheduler='
+                         "dict(type='OptimizerStepSchedulerHook'), as every mmwf config does")
+
+
 def scale_iterations(cfg: Config, world_size: int, base: int) -> list[str]:
-    """An iteration-based run that sees the reference's images: with W processes x per-GPU batch n x a accumulated
-    iterations (global batch g = W n a) against the reference's global batch ``base`` (one optimizer step per
-    iteration), ``max_iters`` and the validation, checkpoint and logging intervals, counted in data iterations, are
-    multiplied by base / (W n); the iteration schedulers' positions (``begin``, ``end``, ``milestones``), counted in
-    optimizer steps (:class:`~mmwf.engine.hooks.OptimizerStepSchedulerHook`), by base / g. Epoch-based loops see the
-    reference's images per epoch: nothing to do. Returns the changes, one line each."""
-    if not iteration_based(cfg):
-        return []
+    """A run that sees the reference's images: with W processes x per-GPU batch n x a accumulated iterations
+    (global batch g = W n a) against the reference's global batch ``base`` (one optimizer step per iteration),
+    positions counted in data iterations (an iteration-based loop's ``max_iters``, ``val_interval`` and
+    ``val_begin``; every hook's iteration intervals and begins, :func:`scale_hooks`) are multiplied by base / (W n),
+    and the iteration schedulers' positions, counted in optimizer steps
+    (:class:`~mmwf.engine.hooks.OptimizerStepSchedulerHook`), by base / g, each by its own meaning
+    (:func:`scale_scheduler`), in epoch-based loops too (their iteration warm-ups). Epochs stay: an epoch is the same
+    images on any number of processes. Returns the changes, one line each; what cannot be scaled is named there."""
+    check_schedule_counting(cfg)
     per_iteration = world_size * int(cfg.train_dataloader.batch_size)
     accumulated = accumulative_counts(cfg)
     data, steps = base / per_iteration, base / (per_iteration * accumulated)
-    if data == 1 and steps == 1:
-        return []
     changes = []
-    train_cfg = cfg.train_cfg
-    old_max = int(train_cfg.max_iters)
-    train_cfg.max_iters = scaled(old_max, data)
-    changes.append(f'train_cfg.max_iters {old_max} -> {train_cfg.max_iters} (x {data:g}: {base} images per reference '
-                   f'step over {per_iteration} per iteration; {train_cfg.max_iters // accumulated} optimizer steps of '
-                   f'{per_iteration * accumulated} images)')
-    if 'val_interval' in train_cfg:
-        old = int(train_cfg.val_interval)
-        # an interval past the end (no validation during training) stays past the new end
-        train_cfg.val_interval = train_cfg.max_iters + old - old_max if old > old_max else scaled(old, data)
-        changes.append(f'train_cfg.val_interval {old} -> {train_cfg.val_interval}')
-    hooks = cfg.get('default_hooks') or {}
-    checkpoint, logger = hooks.get('checkpoint') or {}, hooks.get('logger') or {}
-    for name, hook in (('checkpoint', checkpoint if checkpoint.get('by_epoch', True) is False else {}),
-                       ('logger', logger)):  # the logger's interval counts iterations in every loop
-        if 'interval' in hook:
-            old = int(hook.interval)
-            hook.interval = scaled(old, data)
-            changes.append(f'default_hooks.{name}.interval {old} -> {hook.interval}')
-    schedulers = cfg.get('param_scheduler') or []
-    for i, scheduler in enumerate(schedulers if isinstance(schedulers, list) else [schedulers]):
-        if scheduler.get('by_epoch', True) or steps == 1:
-            continue
-        # positions in optimizer steps: a scheduler acts on steps begin .. end - 1 and reaches its end value at
-        # end - 1 (mmengine's), so that last step is what scales; a milestone is the step the value changes at
-        moved = dict(begin=scaled(scheduler.get('begin', 0), steps))
-        if 'end' in scheduler:
-            moved['end'] = scaled(int(scheduler.end) - 1, steps) + 1
-        if 'milestones' in scheduler:
-            moved['milestones'] = [scaled(m, steps) for m in scheduler.milestones]
-        for key, value in moved.items():
-            if value != scheduler.get(key, 0):
-                changes.append(f'param_scheduler[{i}] ({scheduler.type}) {key} {scheduler.get(key, 0)} -> {value}')
-                scheduler[key] = value
+    train_cfg = cfg.get('train_cfg') or {}
+    if iteration_based(cfg) and data != 1:
+        old_max = int(train_cfg.max_iters)
+        train_cfg.max_iters = scaled(old_max, data)
+        changes.append(f'train_cfg.max_iters {old_max} -> {train_cfg.max_iters} (x {data:g}: {base} images per '
+                       f'reference step over {per_iteration} per iteration; {train_cfg.max_iters // accumulated} '
+                       f'optimizer steps of {per_iteration * accumulated} images)')
+        for key in ('val_interval', 'val_begin'):
+            if key not in train_cfg:
+                continue
+            old = int(train_cfg[key])
+            # an interval past the end (no validation during training) stays past the new end
+            train_cfg[key] = train_cfg.max_iters + old - old_max if old > old_max else scaled(old, data)
+            changes.append(f'train_cfg.{key} {old} -> {train_cfg[key]}')
+    changes += scale_hooks(cfg, dict(iterations=data, steps=steps))
+    if steps != 1:
+        for i, scheduler in iteration_schedulers(cfg):
+            moved, unknown = scale_scheduler(scheduler, steps)
+            changes += [f'param_scheduler[{i}] ({scheduler.type}) {line}' for line in moved]
+            if unknown:
+                changes.append(f'param_scheduler[{i}]: {unknown}')
     return changes

@@ -65,7 +65,10 @@ def init_cpu_distributed(cfg: Config) -> None:
                                          find_unused_parameters=cfg.get('find_unused_parameters', False))
         cfg.model_wrapper_cfg.device_ids = None
     import torch.distributed as dist
+
+    from mmwf.engine.world import export_launcher_environment
     if not dist.is_initialized():
+        export_launcher_environment(cfg.launcher)  # srun and mpirun set no RANK: mmengine's init_dist would
         dist.init_process_group(backend='gloo')
         print_log(f'no CUDA device: gloo process group, rank {dist.get_rank()} of {dist.get_world_size()}',
                   logger='current')
@@ -79,16 +82,17 @@ def launched_device(device: str) -> str:
 
 
 def init_tool_distributed(launcher: str, device: str) -> tuple[int, int, str]:
-    """For a tool started by torchrun (``--launcher pytorch``): take this process's GPU (:func:`launched_device`)
-    before joining the process group, as mmengine's ``init_dist`` does (NCCL puts a rank on the current device and
-    refuses two ranks on one GPU), then join it (NCCL on CUDA, gloo on CPU); returns (rank, world size, device).
-    Without a launcher: (0, 1, ``device``)."""
+    """For a tool started by a launcher (torchrun, srun or mpirun: ``--launcher pytorch``, ``slurm``, ``mpi``): set
+    torch.distributed's variables from the launcher's (:func:`mmwf.engine.world.export_launcher_environment`), take
+    this process's GPU (:func:`launched_device`) before joining the process group, as mmengine's ``init_dist`` does
+    (NCCL puts a rank on the current device and refuses two ranks on one GPU), then join it (NCCL on CUDA, gloo on
+    CPU); returns (rank, world size, device). Without a launcher: (0, 1, ``device``)."""
     if launcher == 'none':
         return 0, 1, device
-    if launcher != 'pytorch':
-        raise ValueError(f"--launcher {launcher!r}: the tools run under torchrun (--launcher pytorch) or alone "
-                         "('none')")
     import torch.distributed as dist
+
+    from mmwf.engine.world import export_launcher_environment
+    export_launcher_environment(launcher)
     device = launched_device(device)
     if device.startswith('cuda'):
         torch.cuda.set_device(device)

@@ -10,7 +10,15 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from mmwf.engine.world import launcher_world_size, scale_to_world
+from mmwf.engine.world import (
+    export_launcher_environment,
+    launched_process,
+    run_setting,
+    scale_scheduler,
+    scale_to_world,
+    setting_mismatch,
+)
+from tests.engine.launchers import stand_in_scontrol
 from tests.engine.two_ranks import run_two_ranks
 from tests.toy import make_runner
 
@@ -138,7 +146,7 @@ def test_iteration_schedules_scale_to_the_references_images():
     assert (cfg.default_hooks.checkpoint.interval, cfg.default_hooks.logger.interval) == (10_000, 40)
     warmup, steps = cfg.param_scheduler
     assert (warmup.begin, warmup.end) == (0, 501) and steps.milestones == [327_778, 355_092]
-    assert steps.end == 368_749 and cfg.optim_wrapper.optimizer.lr == pytest.approx(5e-5)
+    assert steps.end == 368_750 and cfg.optim_wrapper.optimizer.lr == pytest.approx(5e-5)  # MultiStep: end x 2
     cfg = Config.fromfile(str(ROOT / 'configs/cascade_wf_t_coco.py'))
     cfg.train_dataloader.batch_size, cfg.optim_wrapper.accumulative_counts = 4, 4
     changes = scale_to_world(cfg, 4)
@@ -161,13 +169,187 @@ def test_scaling_needs_the_reference_batch():
         scale_to_world(cfg, 2)
 
 
-def test_world_size_comes_from_the_launchers_environment(monkeypatch):
-    monkeypatch.setenv('WORLD_SIZE', '16')
-    monkeypatch.setenv('SLURM_NTASKS', '32')
-    assert (launcher_world_size('none'), launcher_world_size('pytorch'), launcher_world_size('slurm')) == (1, 16, 32)
-    monkeypatch.delenv('WORLD_SIZE')
-    with pytest.raises(RuntimeError, match='WORLD_SIZE is not set'):
-        launcher_world_size('pytorch')
+LAUNCHED = {  # what each launcher sets, by its own names, for rank 5 of 16, local rank 1
+    'pytorch': dict(RANK='5', WORLD_SIZE='16', LOCAL_RANK='1'),
+    'slurm': dict(SLURM_PROCID='5', SLURM_NTASKS='16', SLURM_LOCALID='1', SLURM_NODELIST='node[1-2]'),
+    'mpi': dict(OMPI_COMM_WORLD_RANK='5', OMPI_COMM_WORLD_SIZE='16', OMPI_COMM_WORLD_LOCAL_RANK='1'),
+}
+DIST_VARIABLES = ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT')
+
+
+@pytest.fixture
+def bare_environment(monkeypatch):
+    """No launcher variables; whatever the code under test sets is undone after the test (monkeypatch restores only
+    the names it has recorded: set, then deleted)."""
+    for name in {*DIST_VARIABLES, *(k for v in LAUNCHED.values() for k in v)}:
+        monkeypatch.setenv(name, '')
+        monkeypatch.delenv(name)
+    return monkeypatch
+
+
+@pytest.mark.parametrize('launcher', sorted(LAUNCHED))
+def test_the_process_is_read_from_its_launchers_variables(bare_environment, launcher):
+    for name, value in LAUNCHED[launcher].items():
+        bare_environment.setenv(name, value)
+    assert launched_process(launcher) == (5, 16, 1) and launched_process('none') == (0, 1, 0)
+    missing = next(iter(LAUNCHED[launcher]))
+    bare_environment.delenv(missing)
+    with pytest.raises(RuntimeError, match=f'--launcher {launcher}: {missing} is not set; start the tool with'):
+        launched_process(launcher)
+
+
+def test_slurm_and_mpi_set_what_torch_distributed_reads(bare_environment, tmp_path):
+    """As mmengine's init_dist: Slurm's first node (scontrol) and port 29500, unless MASTER_ADDR / MASTER_PORT are
+    given; Open MPI needs MASTER_ADDR, and is told so."""
+    for name, value in LAUNCHED['slurm'].items():
+        bare_environment.setenv(name, value)
+    bare_environment.setenv('PATH', f'{stand_in_scontrol(tmp_path)}:{os.environ["PATH"]}')
+    export_launcher_environment('slurm')
+    assert {k: os.environ[k] for k in DIST_VARIABLES} == dict(RANK='5', WORLD_SIZE='16', LOCAL_RANK='1',
+                                                            MASTER_ADDR='127.0.0.1', MASTER_PORT='29500')
+    bare_environment.setenv('MASTER_ADDR', 'head')
+    bare_environment.setenv('MASTER_PORT', '1234')
+    export_launcher_environment('slurm')
+    assert (os.environ['MASTER_ADDR'], os.environ['MASTER_PORT']) == ('head', '1234')
+    for name in DIST_VARIABLES:
+        bare_environment.delenv(name)
+    for name, value in LAUNCHED['mpi'].items():
+        bare_environment.setenv(name, value)
+    with pytest.raises(RuntimeError, match=r'--launcher mpi: MASTER_ADDR is not set; .* \(mpirun -x MASTER_ADDR=HOST'):
+        export_launcher_environment('mpi')
+    bare_environment.setenv('MASTER_ADDR', '10.1.2.3')
+    export_launcher_environment('mpi')
+    assert [os.environ[k] for k in DIST_VARIABLES] == ['5', '16', '1', '10.1.2.3', '29500']
+
+
+def test_slurm_without_scontrol_names_the_fix(bare_environment, tmp_path):
+    for name, value in LAUNCHED['slurm'].items():
+        bare_environment.setenv(name, value)
+    bare_environment.setenv('PATH', str(tmp_path))  # no scontrol
+    with pytest.raises(RuntimeError, match=r'scontrol show hostnames node\[1-2\]` failed .* set MASTER_ADDR'):
+        export_launcher_environment('slurm')
+
+
+def reference_lrs(schedulers: list[dict], steps: int, lr: float = 1.0) -> list[float]:
+    """The lr of each of ``steps`` optimizer steps under mmengine's own schedulers built from ``schedulers``."""
+    from mmengine.optim.scheduler import _ParamScheduler  # noqa: F401  (registers the schedulers)
+    from mmengine.registry import PARAM_SCHEDULERS
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    built = [PARAM_SCHEDULERS.build(dict(s, optimizer=optimizer)) for s in schedulers]
+    lrs = []
+    for _ in range(steps):
+        lrs.append(optimizer.param_groups[0]['lr'])
+        optimizer.step()
+        for scheduler in built:
+            scheduler.step()
+    return lrs
+
+
+# One scheduler of each kind mmwf scales, over a reference of 24 steps (begin 0 unless said)
+SCHEDULES = {
+    'LinearLR': [dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=7)],
+    'PolyLR': [dict(type='PolyLR', power=2.0, eta_min=0.01, by_epoch=False, begin=0, end=24)],
+    'ConstantLR': [dict(type='ConstantLR', factor=0.5, by_epoch=False, begin=2, end=9)],
+    'ExponentialLR': [dict(type='ExponentialLR', gamma=0.8, by_epoch=False, begin=0, end=12)],
+    'CosineAnnealingLR': [dict(type='CosineAnnealingLR', eta_min=0.05, by_epoch=False, begin=0, end=24)],
+    'CosineAnnealingLR T_max': [dict(type='CosineAnnealingLR', T_max=10, by_epoch=False, begin=3, end=24)],
+    'MultiStepLR': [dict(type='MultiStepLR', milestones=[5, 13], gamma=0.3, by_epoch=False, begin=0, end=24)],
+    'StepLR': [dict(type='StepLR', step_size=5, gamma=0.5, by_epoch=False, begin=0, end=24)],
+    'warm-up + cosine': [dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=5),
+                         dict(type='CosineAnnealingLR', eta_min=0.0, by_epoch=False, begin=5, end=24)],
+}
+
+
+@pytest.mark.parametrize('factor', [2, 3, 8])
+@pytest.mark.parametrize('kind', sorted(SCHEDULES))
+def test_each_scheduler_keeps_the_references_lr_after_each_reference_step(kind, factor):
+    """``factor`` optimizer steps a reference step (a smaller global batch): after k reference steps' images, the
+    scaled schedule's lr is the reference's after k steps, for every k; mmengine computes both."""
+    reference = reference_lrs(SCHEDULES[kind], 24)
+    scaled = [dict(s) for s in SCHEDULES[kind]]
+    for scheduler in scaled:
+        scale_scheduler(scheduler, factor)
+    ours = reference_lrs(scaled, 24 * factor)
+    assert [ours[k * factor] for k in range(24)] == pytest.approx(reference, rel=1e-9, abs=1e-12)
+
+
+def test_one_cycle_and_restarts_scale_their_own_positions():
+    one_cycle = dict(type='OneCycleLR', eta_max=0.1, total_steps=100, by_epoch=False)
+    assert scale_scheduler(one_cycle, 4)[0] == ['total_steps 100 -> 400'] and one_cycle['total_steps'] == 400
+    restart = dict(type='CosineRestartLR', periods=[10, 20], restart_weights=[1, 0.5], eta_min=0, by_epoch=False,
+                   begin=0, end=30)
+    scale_scheduler(restart, 2)
+    assert restart['periods'] == [20, 40] and restart['end'] == 60
+    assert 'not a scheduler mmwf knows' in scale_scheduler(dict(type='MyLR', begin=0, end=5), 2)[1]
+
+
+@pytest.mark.parametrize('gpus, end', [(1, 3993), (4, 999), (32, 126)])
+def test_mask_rcnn_baselines_warm_up_sees_the_references_images(gpus, end):
+    """mmdet's 1x schedule (12 epochs, batch 16: 2 a GPU x 8): its 500-step linear warm-up counts optimizer steps
+    while the loop counts epochs. On 1, 4 and 32 GPUs the warm-up ends after the reference's 499 x 16 images (the
+    last warm-up step, end - 1, times 16 / the global batch); the epochs stay. On 32 GPUs a step is four reference
+    steps: the end is rounded to a whole step, so the lr may differ by the warm-up's rise over half a step."""
+    cfg = Config.fromfile(str(ROOT / 'configs/linear_attention/mask_rcnn_deit_b_relu_copy_coco.py'))
+    epochs, warmup = cfg.train_cfg.max_epochs, cfg.param_scheduler[0].copy()  # as written, before the scaling
+    assert (warmup.type, warmup.begin, warmup.end, warmup.by_epoch) == ('LinearLR', 0, 500, False)
+    reference = reference_lrs([warmup], 600)
+    changes = scale_to_world(cfg, gpus)
+    assert cfg.train_cfg.max_epochs == epochs and cfg.param_scheduler[0].end == end
+    assert f'param_scheduler[0] (LinearLR) end 500 -> {end}' in changes
+    ratio = 16 / (2 * gpus)  # optimizer steps a reference step
+    ours = reference_lrs([cfg.param_scheduler[0]], int(600 * ratio))
+    exact_last = (warmup.end - 1) * ratio  # where the warm-up's last step would fall, unrounded
+    tolerance = (1 - warmup.start_factor) * abs(end - 1 - exact_last) / exact_last + 1e-12
+    for k in range(600):  # after k reference steps' images, where that is a whole number of our steps
+        if (k * ratio).is_integer():
+            assert ours[int(k * ratio)] == pytest.approx(reference[k], abs=tolerance), k
+    assert abs(end - 1 - exact_last) <= (0 if ratio >= 1 else 0.5)  # exact for whole steps, else half a step
+
+
+def test_positions_of_every_hook_and_loop_scale_or_are_named():
+    cfg = Config(dict(
+        train_dataloader=dict(batch_size=2), optim_wrapper=dict(optimizer=dict(lr=1.0), accumulative_counts=2),
+        auto_scale_lr=dict(base_batch_size=8),
+        train_cfg=dict(type='IterBasedTrainLoop', max_iters=100, val_interval=10, val_begin=20),
+        default_hooks=dict(logger=dict(type='LoggerHook', interval=5),
+                           checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=50, save_begin=10),
+                           param_scheduler=dict(type='OptimizerStepSchedulerHook')),
+        custom_hooks=[dict(type='FlexibleEMAHook', begin_iter=40, interval=3), dict(type='MyHook', interval=7)],
+        param_scheduler=[dict(type='OneCycleLR', eta_max=1.0, total_steps=100, by_epoch=False),
+                         dict(type='MultiStepLR', milestones=[3], by_epoch=True, begin=0, end=10)]))
+    changes = scale_to_world(cfg, 1)  # 2 images an iteration, 4 an optimizer step, against the reference's 8
+    assert (cfg.train_cfg.max_iters, cfg.train_cfg.val_interval, cfg.train_cfg.val_begin) == (400, 40, 80)
+    assert cfg.default_hooks.logger.interval == 20
+    assert (cfg.default_hooks.checkpoint.interval, cfg.default_hooks.checkpoint.save_begin) == (200, 40)
+    assert (cfg.custom_hooks[0].begin_iter, cfg.custom_hooks[0].interval) == (80, 6)  # optimizer steps
+    assert cfg.param_scheduler[0].total_steps == 200 and cfg.param_scheduler[1].milestones == [3]  # epochs stay
+    assert any(line.startswith('custom_hooks[1] (MyHook) interval=7: not scaled') for line in changes)
+
+
+def test_a_schedule_counting_iterations_under_accumulation_is_refused():
+    cfg = Config.fromfile(str(ROOT / 'configs/demo/upernet_wf_t_demo.py'))
+    cfg.optim_wrapper.accumulative_counts = 2
+    cfg.default_hooks.param_scheduler = dict(type='ParamSchedulerHook')
+    with pytest.raises(ValueError, match="ParamSchedulerHook: .* end the schedule 2 times too early. Set "
+                                         r"default_hooks.param_scheduler=dict\(type='OptimizerStepSchedulerHook'\)"):
+        scale_to_world(cfg, 1)
+
+
+def test_a_resume_under_another_setting_is_refused_by_name():
+    scaled = dict(base_batch_size=16, scaled_for=2)
+    two = run_setting(2, 4, 1, scaled)
+    assert setting_mismatch(two, run_setting(2, 4, 1, scaled)) is None
+    problem = setting_mismatch(two, run_setting(4, 4, 1, dict(scaled, scaled_for=4)))
+    assert problem.startswith('the run trained with 2 processes x 4 images x 1 accumulated, scaled by '
+                              '--auto-scale-lr for 2 processes; this start has 4 processes x 4 images')
+    assert 'start it on 2 processes with train_dataloader.batch_size=4 and optim_wrapper.accumulative_counts=1 ' \
+           'and --auto-scale-lr' in problem
+    # the same world without the flag: the recipe is not the one trained
+    assert 'this start has 2 processes x 4 images x 1 accumulated, not scaled' in setting_mismatch(
+        two, run_setting(2, 4, 1, dict(base_batch_size=16)))
+    assert 'accumulative_counts=1' in setting_mismatch(two, run_setting(2, 4, 2, scaled))
+    # the reference's own setting: the flag changed nothing, with it or without
+    assert setting_mismatch(run_setting(2, 8, 1, scaled), run_setting(2, 8, 1, dict(base_batch_size=16))) is None
 
 
 def run_log(tmp_path, **kwargs) -> str:

@@ -93,13 +93,21 @@ def test_two_process_gloo_training(demo_data, tmp_path):
     assert "recipe scaled by the reference's 'linear' rule for 2 processes" in log
     groups = torch.load(work / 'iter_2.pth', weights_only=True)['optimizer']['param_groups']
     assert max(g['initial_lr'] for g in groups) == pytest.approx(2 * lr)  # layer decay: the head's group at 1
-    # the checkpoint of two processes resumes in one
-    one = run([sys.executable, 'tools/train.py', 'configs/demo/upernet_wf_t_demo.py', '--work-dir', str(work),
-               '--resume', '--cfg-options', 'train_cfg.max_iters=3', 'train_cfg.val_interval=2',
-               'default_hooks.checkpoint.interval=1', f'train_dataloader.dataset.data_root={root}',
-               f'val_dataloader.dataset.data_root={root}', 'train_dataloader.batch_size=2'], timeout=600)
-    assert one.returncode == 0, (one.stdout + one.stderr)[-4000:]
-    assert 'resumed epoch: 0, iter: 2' in one.stdout + one.stderr and (work / 'iter_3.pth').is_file()
+    assert torch.load(work / 'iter_2.pth', weights_only=True)['meta']['mmwf_setting'] == dict(
+        world_size=2, per_gpu_batch=2, accumulative_counts=1, scaled_for=2, base_batch_size=2)
+    # the checkpoint of two scaled processes does not resume on one, with the flag or without: its schedule, lr and
+    # iteration were derived for two; the refusal names both settings and the fix, before any iteration
+    for flag in (['--auto-scale-lr'], []):
+        one = run([sys.executable, 'tools/train.py', 'configs/demo/upernet_wf_t_demo.py', '--work-dir', str(work),
+                   '--resume', *flag, '--cfg-options', 'train_cfg.max_iters=4', 'train_cfg.val_interval=4',
+                   f'train_dataloader.dataset.data_root={root}', f'val_dataloader.dataset.data_root={root}',
+                   'train_dataloader.batch_size=2', 'auto_scale_lr.base_batch_size=2'], timeout=600)
+        assert one.returncode != 0 and not (work / 'iter_3.pth').exists(), one.stderr[-3000:]
+        now = 'scaled by --auto-scale-lr for 1 processes' if flag else 'not scaled'
+        assert ('the run trained with 2 processes x 2 images x 1 accumulated, scaled by --auto-scale-lr for 2 '
+                f'processes; this start has 1 processes x 2 images x 1 accumulated, {now}') in one.stderr
+        assert ('To resume, start it on 2 processes with train_dataloader.batch_size=2 and '
+                'optim_wrapper.accumulative_counts=1 and --auto-scale-lr') in one.stderr
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Subset
 
 from mmwf.datasets import ClassFolderImages
+from mmwf.engine.world import LAUNCHERS
 from mmwf.models.diffusion import FrozenVAE, index_generators, load_vae
 from mmwf.utils import init_tool_distributed
 from mmwf.utils.checkpoint import atomic_write
@@ -42,7 +43,7 @@ def main() -> None:
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--num-workers', type=int, default=4)
     parser.add_argument('--seed', type=int, default=0, help='seed of the latent-distribution samples')
-    parser.add_argument('--launcher', choices=['none', 'pytorch'], default='none')
+    parser.add_argument('--launcher', choices=LAUNCHERS, default='none')
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     args = parser.parse_args()
 

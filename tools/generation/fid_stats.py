@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from mmwf.datasets import center_crop_arr
 from mmwf.datasets.generation import IMAGE_EXTENSIONS
+from mmwf.engine.world import LAUNCHERS
 from mmwf.evaluation import FIDInception
 from mmwf.evaluation.generation import add_sums, moment_statistics, moment_sums, summed_over_processes
 from mmwf.utils import init_tool_distributed
@@ -63,7 +64,7 @@ def main() -> None:
     parser.add_argument('--size', type=int, default=256, help='centre-crop size of folder images')
     parser.add_argument('--batch-size', type=int, default=64)
     parser.add_argument('--limit', type=int, help='at most this many images')
-    parser.add_argument('--launcher', choices=['none', 'pytorch'], default='none')
+    parser.add_argument('--launcher', choices=LAUNCHERS, default='none')
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     args = parser.parse_args()
     problem = output_problem(args.out)

@@ -30,6 +30,7 @@ from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
 from PIL import Image
 
+from mmwf.engine.world import LAUNCHERS
 from mmwf.registry import DATASETS, MODELS
 from mmwf.utils import init_tool_distributed
 from mmwf.utils.arrays import read_image
@@ -128,7 +129,7 @@ def main() -> None:
     parser.add_argument('--no-png', action='store_true', help='remove the PNGs once the .npz is written')
     parser.add_argument('--tf32', action=argparse.BooleanOptionalAction, default=True,
                         help='TF32 matmuls on Ampere and later GPUs (DiT sample_ddp.py --tf32, on by default)')
-    parser.add_argument('--launcher', choices=['none', 'pytorch'], default='none')
+    parser.add_argument('--launcher', choices=LAUNCHERS, default='none')
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
     args = parser.parse_args()

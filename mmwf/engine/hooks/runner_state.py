@@ -37,8 +37,12 @@ def loaded_file(runner) -> str:
 
 
 def accumulative_counts(runner) -> int:
-    """Iterations per optimizer step of the runner's built optimizer wrapper."""
-    return int(getattr(runner.optim_wrapper, '_accumulative_counts', 1))
+    """Iterations per optimizer step of the runner's optimizer wrapper (its config where it is not built yet:
+    ``FlexibleRunner`` loads a checkpoint before it builds the wrapper)."""
+    wrapper = runner.optim_wrapper
+    if isinstance(wrapper, dict):
+        return int(wrapper.get('accumulative_counts', 1))
+    return int(getattr(wrapper, '_accumulative_counts', 1))
 
 
 def auto_scale_lr(runner) -> dict:

@@ -6,10 +6,18 @@ from mmengine.hooks import Hook
 from mmengine.runner import IterBasedTrainLoop
 from mmengine.runner.utils import set_random_seed
 
-from mmwf.engine.world import SEED_RULES, global_batch, rank_seed
+from mmwf.engine.world import (
+    SEED_RULES,
+    SETTING_KEY,
+    describe_setting,
+    global_batch,
+    rank_seed,
+    run_setting,
+    setting_mismatch,
+)
 from mmwf.registry import HOOKS
 
-from .runner_state import accumulative_counts, auto_scale_lr
+from .runner_state import accumulative_counts, auto_scale_lr, is_resuming, loaded_file
 
 
 @HOOKS.register_module()
@@ -25,6 +33,11 @@ class WorldSizeHook(Hook):
     (``auto_scale_lr.base_batch_size``) and warns when they differ and the recipe was not scaled by the reference's
     rule (``tools/train.py --auto-scale-lr``, :func:`mmwf.engine.world.scale_to_world`), or was scaled by mmengine's
     lr-only rule instead.
+
+    Each checkpoint records the setting the run trains with (:func:`~mmwf.engine.world.run_setting`: processes,
+    per-GPU batch, accumulation, the world size ``--auto-scale-lr`` scaled the recipe for). A resume under another
+    setting is refused before the first iteration, naming both and the fix: the resumed schedulers, optimizer and
+    iteration count hold positions and an lr derived for the old one, so it would train another recipe.
 
     Args:
         seed_rule (str): the reference's rule, a key of :data:`mmwf.engine.world.SEED_RULES`. Defaults to
@@ -48,6 +61,29 @@ class WorldSizeHook(Hook):
         runner.logger.info(f'rank {runner.rank} of {runner.world_size}: seed {seed} ({self.seed_rule}, seed '
                            f'{runner.seed})')
         self._check_global_batch(runner)
+
+    @staticmethod
+    def _setting(runner) -> dict:
+        loader = runner.train_dataloader
+        per_gpu = loader['batch_size'] if isinstance(loader, dict) else loader.batch_size
+        return run_setting(runner.world_size, per_gpu, accumulative_counts(runner), auto_scale_lr(runner))
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        checkpoint.setdefault('meta', {})[SETTING_KEY] = self._setting(runner)
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        if not is_resuming(runner):  # load_from starts a new schedule: any setting fits
+            return
+        recorded = (checkpoint.get('meta') or {}).get(SETTING_KEY)
+        if recorded is None:
+            now = describe_setting(self._setting(runner))
+            runner.logger.warning('resume: the checkpoint does not record the setting its run trained with '
+                                  '(processes, per-GPU batch, accumulation; written before mmwf recorded it), so '
+                                  f"this start's ({now}) is not checked against it")
+            return
+        problem = setting_mismatch(recorded, self._setting(runner))
+        if problem:
+            raise ValueError(f'resume from {loaded_file(runner) or "the checkpoint"}: {problem}')
 
     def _check_global_batch(self, runner) -> None:
         scaling = auto_scale_lr(runner)
