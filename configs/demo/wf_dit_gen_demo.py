@@ -2,7 +2,7 @@
 # folders: one upright, centred shape of a random colour on a plain background), trained from scratch on a 2-core
 # CPU. Differs in data (3 classes, 16 x 16 images), space (pixels: no VAE), size (the WF-DiT block at width 128 and
 # depth 5, dynamic blocks 1 and 4; 2 x 2 patches), schedule, learning rate, EMA decay (0.995: a horizon of 200
-# iterations, a tenth of the run) and sampling (50 respaced steps, guidance 4).
+# optimizer steps, a tenth of the run) and sampling (50 respaced steps, guidance 4).
 _base_ = '../generation/wf_dit_s_2_in256.py'
 
 num_classes = 3

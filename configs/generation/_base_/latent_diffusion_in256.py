@@ -1,7 +1,7 @@
 # Class-conditional ImageNet 256 x 256 in latent space with DiT's recipe (facebookresearch/DiT train.py): ADM's
 # centre crop and random flip, sd-vae-ft-ema latents x 0.18215 (cached once, with their flips:
 # tools/generation/extract_latents.py), AdamW lr 1e-4 without weight decay, global batch 256 (8 GPUs x 32), fp32,
-# EMA 0.9999 from the first iteration, 400K iterations. Test: 50K samples with the EMA weights, 250 respaced DDPM
+# EMA 0.9999 from the first optimizer step, 400K iterations. Test: 50K samples with the EMA weights, 250 respaced DDPM
 # steps, no guidance (Table 7), FID / IS against ADM's reference batch. A model config sets the denoiser.
 _base_ = ['../../_base_/mmwf_runtime.py']
 default_scope = 'mmengine'
@@ -31,7 +31,8 @@ max_iters = 400_000
 train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters + 1)
 # AdamW by torch's fused kernel (one launch for every parameter; the same update): in every config of a comparison
 optim_wrapper = dict(type='OptimWrapper', optimizer=dict(type='AdamW', fused=True, lr=1e-4, weight_decay=0.0))
-# mmengine's EMAHook (the same EMA and checkpoint keys) that also runs under FlexibleRunner's DDP / FSDP strategies
+# mmengine's EMAHook (the same EMA and checkpoint keys) that also runs under FlexibleRunner's DDP / FSDP strategies;
+# one update per optimizer step (DiT's update_ema after opt.step()): accumulation keeps the 10K-step horizon
 custom_hooks = [dict(type='FlexibleEMAHook', ema_type='ExponentialMovingAverage', momentum=1e-4, update_buffers=True,
                      priority=49),
                 dict(type='NonFiniteLossHook')]

@@ -6,6 +6,10 @@ the ``module.`` prefix that ``DDPStrategy`` keeps and on ranks that FSDP gives a
 checkpoints are gathered on rank 0), and under FSDP the live parameters are shards. :class:`FlexibleEMAHook` keeps
 mmengine's EMA (the same averaged model, momentum and checkpoint keys) and reads and writes the parameters whole:
 under FSDP inside ``summon_full_params`` (an all-gather per update; the EMA copy is whole on every process).
+
+The EMA follows the optimizer, as DiT's ``update_ema`` after each ``opt.step()``: with gradient accumulation
+(``optim_wrapper.accumulative_counts = a``) the weights change on every a-th iteration only, and mmengine's hook,
+which updates on every iteration, would average each set of weights a times (a horizon a times shorter).
 """
 from __future__ import annotations
 
@@ -18,13 +22,28 @@ from mmengine.model import is_model_wrapper
 
 from mmwf.registry import HOOKS, MODELS
 
-from .runner_state import fsdp_model, is_resuming
+from .optimizer_step_scheduler import optimizer_stepped
+from .runner_state import accumulative_counts, fsdp_model, is_resuming
+
+
+def optimizer_steps(runner, iterations: int) -> int:
+    """The optimizer steps of the first ``iterations`` iterations of the run: mmengine's wrapper steps on every a-th
+    iteration and on the run's last one (``OptimWrapper.should_update``), also after a resume mid-accumulation."""
+    a = accumulative_counts(runner)
+    return iterations // a + int(iterations % a != 0 and iterations == runner.max_iters)
 
 
 @HOOKS.register_module()
 class FlexibleEMAHook(EMAHook):
     """mmengine's ``EMAHook`` (the same arguments) for ``Runner`` and ``FlexibleRunner`` with any of its DDP / FSDP
-    strategies (module docstring)."""
+    strategies (module docstring), updated once per optimizer step.
+
+    The EMA is updated only on the iterations where the optimizer stepped, so the averaged model's ``steps`` counts
+    optimizer steps. ``begin_iter`` and the averaged model's ``interval`` count optimizer steps too, as mmwf's
+    iteration schedules do (:class:`OptimizerStepSchedulerHook`): a recipe keeps its EMA under accumulation.
+    ``begin_epoch`` counts epochs. Without accumulation a step is an iteration: this is mmengine's ``EMAHook``.
+    A resume mid-accumulation keeps the count: the checkpoint holds ``steps`` and the wrapper steps where it would.
+    """
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -50,9 +69,27 @@ class FlexibleEMAHook(EMAHook):
             self._apply_loaded(self._pending)
             self._pending = None
 
+    def before_train(self, runner) -> None:
+        if self.enabled_by_epoch:
+            super().before_train(runner)
+            return
+        total = optimizer_steps(runner, runner.max_iters)
+        if self.begin_iter > total:
+            raise ValueError(f'FlexibleEMAHook: begin_iter={self.begin_iter} counts optimizer steps, and this run '
+                             f'takes {total} ({runner.max_iters} iterations of {accumulative_counts(runner)})')
+
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        if not optimizer_stepped(runner):  # the weights are those of the last update
+            return
         with self._whole(runner, writeback=False):
             super().after_train_iter(runner, batch_idx, data_batch, outputs)
+
+    def _ema_started(self, runner) -> bool:
+        """Whether the EMA runs at this optimizer step: from step ``begin_iter`` (1-based, as mmengine counts
+        ``runner.iter + 1``) or epoch ``begin_epoch``."""
+        if self.enabled_by_epoch:
+            return super()._ema_started(runner)
+        return optimizer_steps(runner, runner.iter + 1) >= self.begin_iter
 
     def _swap_ema_parameters(self) -> None:
         with self._whole(self._runner, writeback=True):

@@ -8,7 +8,9 @@ from mmwf.registry import HOOKS
 
 def optimizer_stepped(runner) -> bool:
     """Whether this iteration updated the parameters: mmengine's optimizer wrappers count the iterations of an
-    accumulation (``should_update`` is True on the iteration that steps); every wrapper of a dict of them."""
+    accumulation (``should_update`` is True on the iteration that steps); every wrapper of a dict of them. Ask it
+    after ``update_params`` (``after_train_iter``), whose ``backward`` counts the iteration: before, it answers for
+    the previous one."""
     wrapper = runner.optim_wrapper
     wrappers = list(wrapper.values()) if hasattr(wrapper, 'values') else [wrapper]
     return all(w.should_update() for w in wrappers)
