@@ -104,8 +104,9 @@ custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf l
 auto_scale_lr = dict(enable=False, base_batch_size=64)
 
 # What follows image_size (H, W) when a child config or `--cfg-options image_size=S` changes it: the factors of the
-# size each field holds (one factor: of H); mmwf's tools set them, and the runner named here for another project's tools
-# (mmwf.configs.follow_image_size)
+# size each field holds (one factor: of H; two: of the sides in the field's order, (w, h) for mmcv's Resize); mmwf's
+# tools set them, and the runner named here for another project's tools (mmwf.configs.follow_image_size). The
+# 'absolute_range' RandomCrop crops squares only: a non-square size is refused
 runner_type = 'ImageSizeRunner'
 image_size_fields = dict(written_for=image_size, fields={
     'model.data_preprocessor.pad_size_divisor': 1, 'pipelines[RandomResize].scale': (1, 1),

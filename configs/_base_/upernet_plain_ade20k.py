@@ -54,9 +54,9 @@ log_processor = dict(by_epoch=False)
 custom_hooks = [dict(type='NonFiniteLossHook')]  # stop at the first NaN / inf loss, naming the terms
 
 # What follows image_size (H, W) when a child config or `--cfg-options image_size=S` changes it: the factors of the
-# size each field holds (mmseg's ADE20K pipeline resizes to 4 W x H before the crop; the sliding test's stride is
-# 2/3 of the crop); mmwf's tools set them, and the runner named here for another project's tools
-# (mmwf.configs.follow_image_size)
+# sides each field holds, in its order ((h, w); mmcv's Resize and RandomResize: (w, h)): mmseg's ADE20K pipeline
+# resizes to 4 W x H before the crop, the sliding test's stride is 2/3 of the crop; mmwf's tools set them, and the
+# runner named here for another project's tools (mmwf.configs.follow_image_size)
 runner_type = 'ImageSizeRunner'
 image_size_fields = dict(written_for=image_size, fields={
     'crop_size': (1, 1), 'model.data_preprocessor.size': (1, 1), 'model.test_cfg.crop_size': (1, 1),

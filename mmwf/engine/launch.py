@@ -30,15 +30,21 @@ def build_runner(cfg: Config, splits: tuple[str, ...]):
     """Check the data of ``splits``, adapt the config to the device, start CPU distribution if asked, and build the
     config's runner (mmengine's ``Runner`` unless the config names another ``runner_type``, e.g. ``FlexibleRunner``).
     A checkpoint to load that cannot be read is named here for runners that load before their hooks run
-    (``FlexibleRunner``); ``Runner`` leaves it to :class:`~mmwf.engine.hooks.StrictLoadHook`."""
+    (``FlexibleRunner``); ``Runner`` leaves it to :class:`~mmwf.engine.hooks.StrictLoadHook`. What following the
+    image size did when the tool loaded the config (:func:`mmwf.configs.record_followed`) goes to the runner's log."""
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
+    from mmwf.configs import take_followed
+    from mmwf.engine.runner import log_followed
+
+    followed = take_followed(cfg)
     check_launcher(cfg)
     check_dataset_paths(cfg, splits)
     adapt_to_device(cfg)
     init_cpu_distributed(cfg)
     runner = RUNNERS.build(cfg)
+    log_followed(runner.logger, followed)
     path = cfg.get('load_from')
     if not isinstance(runner, Runner) and path and '://' not in str(path):
         problem = checkpoint_problem(str(path), allowed=[])  # what mmengine's loader, torch's defaults, accepts

@@ -76,10 +76,11 @@ default_hooks = dict(checkpoint=dict(type='CheckpointHook', interval=1, max_keep
 custom_hooks = [dict(type='NonFiniteLossHook')]
 randomness = dict(seed=0)
 
-# What follows image_size when a child config or `--cfg-options image_size=S` changes it: the training crop, the test
-# resize (256 / 224 of it) and crop; mmwf's tools set them, and the runner named here for mmpretrain's tools
+# What follows image_size (one int, or (H, W)) when a child config or `--cfg-options image_size=S` changes it: the
+# training crop, the test resize (256 / 224 of it) and crop, both sides of each (RandomResizedCrop lists (h, w),
+# mmcv's Resize and CenterCrop (w, h)); mmwf's tools set them, and the runner named here for mmpretrain's tools
 # (mmwf.configs.follow_image_size)
 runner_type = 'ImageSizeRunner'
 image_size_fields = dict(written_for=image_size, fields={
-    'pipelines[RandomResizedCrop].scale': 1, 'pipelines[Resize].scale': (256 / 224, 256 / 224),
-    'pipelines[CenterCrop].crop_size': 1})
+    'pipelines[RandomResizedCrop].scale': (1, 1), 'pipelines[Resize].scale': (256 / 224, 256 / 224),
+    'pipelines[CenterCrop].crop_size': (1, 1)})
