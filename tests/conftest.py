@@ -10,7 +10,8 @@ from mmengine.config import Config
 if os.environ.get('PYTEST_XDIST_WORKER'):
     os.environ['OMP_NUM_THREADS'] = os.environ['MKL_NUM_THREADS'] = '1'
 torch.set_num_threads(1 if os.environ.get('PYTEST_XDIST_WORKER') else min(2, os.cpu_count() or 1))
-# without a GPU, mmwf's Triton kernels run on the CPU through Triton's interpreter (read when a kernel is defined)
+# without a GPU, mmwf's Triton kernels run on the CPU through Triton's interpreter (read when a kernel is defined);
+# with one they run compiled, on tensors the tests build on the GPU (tests/triton_device.py: TRITON_DEVICE)
 if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')
 

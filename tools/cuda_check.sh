@@ -2,7 +2,8 @@
 # The CUDA checks in one prepared run on a machine with a CUDA GPU, torch and timm (no MMLab packages needed):
 #   bash tools/cuda_check.sh [--out DIR] [--dry-run] [--budget SECONDS] [--steps NAME ...]
 # Writes DIR/results.json, DIR/results.md, DIR/log.txt and the plots (tools/analysis/cuda_check.py says what each
-# step measures). --dry-run runs every step at tiny sizes on the CPU (CUDA-only steps skipped with the reason).
+# step measures; the first runs the test suite on the device). --dry-run runs every step at tiny sizes on the CPU
+# (CUDA-only steps skipped with the reason); without it, a machine without a CUDA device stops with an error.
 # mmengine and pytest are installed first when missing: offline, every wheel in the folder $MMWF_WHEELS without
 # resolving dependencies (put there mmengine and what the machine lacks of its requirements: addict, termcolor,
 # yapf, platformdirs), else from the package index. mmwf runs from this checkout (PYTHONPATH), not installed.

@@ -14,6 +14,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from mmwf.utils.tf32_settings import tf32
+
 DTYPES = ('fp32', 'bf16')
 COMPILE_MODES = ('none', 'default', 'reduce-overhead', 'max-autotune')
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,17 +63,15 @@ class Protocol:
 
     @contextmanager
     def backends(self) -> Iterator[None]:
-        """torch's TF32 and cuDNN autotuner flags as the protocol says, restored on exit."""
-        flags = (torch.backends.cuda.matmul, 'allow_tf32'), (torch.backends.cudnn, 'allow_tf32'), \
-            (torch.backends.cudnn, 'benchmark')
-        saved = [getattr(owner, name) for owner, name in flags]
-        for (owner, name), value in zip(flags, (self.tf32, self.tf32, self.cudnn_benchmark)):
-            setattr(owner, name, value)
+        """torch's TF32 (matmul and cuDNN, :func:`mmwf.utils.tf32_settings.tf32`) and cuDNN autotuner settings as the
+        protocol says, restored on exit."""
+        benchmark = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = self.cudnn_benchmark
         try:
-            yield
+            with tf32(matmul=self.tf32, cudnn=self.tf32):
+                yield
         finally:
-            for (owner, name), value in zip(flags, saved):
-                setattr(owner, name, value)
+            torch.backends.cudnn.benchmark = benchmark
 
     def autocast(self, device: str) -> torch.autocast:
         return torch.autocast(device.split(':')[0], dtype=torch.bfloat16, enabled=self.dtype == 'bf16')

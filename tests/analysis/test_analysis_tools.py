@@ -9,6 +9,7 @@ from mmwf.analysis import dynamic_strength, effective_receptive_field, outside_f
 from mmwf.models.backbones import WeightFormer
 from mmwf.models.layers import AdaptiveDynamicDWConv, BilateralDynamicLinear
 from tests.tool_runner import run_tool
+from tests.triton_device import TRITON_DEVICE, full_fp32
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = dict(embed_dims=32, depth=2, mlp_ratio=2)
@@ -237,8 +238,10 @@ def test_a_kernel_variant_name_sets_the_layers_choices():
     assert held == {('BilateralDynamicLinear', 'form', 'fused'), ('StaticDWConv', 'conv', 'triton')}
     reference = build_classifier('weightformer_t_dyn_linear1')
     reference.load_state_dict(model.state_dict())
-    image = torch.randn(1, 3, 64, 48)
-    with torch.no_grad():
+    # the kernels run on the GPU where there is one (a compiled kernel cannot read CPU tensors), in IEEE fp32 there
+    image = torch.randn(1, 3, 64, 48).to(TRITON_DEVICE)
+    model, reference = model.to(TRITON_DEVICE), reference.to(TRITON_DEVICE)
+    with torch.no_grad(), full_fp32():
         torch.testing.assert_close(model(image), reference(image), rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match='no layer of this network takes the kernels'):
         build_classifier('deit_t_softmax+triton')

@@ -18,6 +18,7 @@ from mmwf.engine.world import (
     scale_to_world,
     setting_mismatch,
 )
+from mmwf.utils.tf32_settings import cudnn_tf32, matmul_tf32
 from tests.engine.launchers import stand_in_scontrol
 from tests.engine.two_ranks import run_two_ranks
 from tests.toy import make_runner
@@ -384,6 +385,7 @@ def test_rank_offsets_are_not_applied_twice(tmp_path):
 
 
 def test_tf32_is_set_for_the_run_and_restored():
+    """In this process (the legacy flags read); after either of torch's APIs: tests/engine/test_tf32_hook.py."""
     from mmwf.engine.hooks import TF32Hook
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
 
@@ -393,6 +395,7 @@ def test_tf32_is_set_for_the_run_and_restored():
     hook = TF32Hook(matmul=not before[0], cudnn=not before[1])
     hook.before_run(Runner())
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (not before[0], not before[1])
+    assert (matmul_tf32(), cudnn_tf32()) == (not before[0], not before[1])
     hook.after_run(Runner())
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
 
@@ -410,7 +413,7 @@ def test_tf32_is_restored_when_the_run_stops_on_an_error():
     runner = Runner()
     with pytest.raises(RuntimeError, match='out of memory'), restored_state(runner):
         runner.hooks[0].before_run(runner)
-        assert torch.backends.cuda.matmul.allow_tf32 is not before[0]
+        assert matmul_tf32() is not before[0]
         raise RuntimeError('out of memory')
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
 

@@ -12,6 +12,7 @@ from mmengine.config import Config
 from mmengine.hooks import Hook
 
 import mmwf  # noqa: F401  (registers the hooks)
+from mmwf.utils.tf32_settings import matmul_tf32
 from tests.toy import make_runner
 
 
@@ -21,7 +22,7 @@ class Probe(Hook):
     def before_train(self, runner):
         self.seed = torch.initial_seed()
         self.draws = torch.rand(3).tolist()
-        self.tf32 = torch.backends.cuda.matmul.allow_tf32
+        self.tf32 = matmul_tf32()
 
 
 def main(out: str, configs: list[str]) -> None:
@@ -44,7 +45,7 @@ def main(out: str, configs: list[str]) -> None:
         runner.train()
         params = [p.detach().cpu().flatten().tolist() for p in runner.model.module.parameters()]
         seen[config] = dict(backend=backend, seed=probe.seed, draws=probe.draws, tf32=probe.tf32, params=params,
-                            tf32_after=torch.backends.cuda.matmul.allow_tf32)
+                            tf32_after=matmul_tf32())
     with open(os.path.join(out, f'rank{dist.get_rank()}.json'), 'w') as f:
         json.dump(seen, f)
     dist.destroy_process_group()

@@ -1,10 +1,14 @@
 """Every family compiles as one graph: dynamo captures each forward whole (``fullgraph=True``: no graph break, so no
 host synchronisation such as ``.item()`` and no branch on a tensor's value), in inference and in training (with
 AOT autograd's backward), and a change of image size recompiles once, to one graph generic in the sizes."""
+import logging
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 import mmwf  # noqa: F401
+from mmwf.engine.hooks import CompileHook
 from mmwf.models.backbones import DeiT, WeightFormer
 from mmwf.models.diffusion import DiT, WeightFormerDiT
 from mmwf.models.layers import OPERATORS
@@ -119,3 +123,33 @@ def test_image_sizes_recompile_a_bounded_number_of_times(family, most):
             if i == 1:
                 assert counter.graphs == 2
     assert 2 <= counter.graphs <= most < torch._dynamo.config.recompile_limit
+
+
+@pytest.mark.slow
+def test_a_multi_scale_train_then_validation_cycle_stays_within_the_hooks_limit(caplog):
+    """CompileHook's parts over a multi-scale detection cycle: training at three image sizes and a batch of one, then
+    validation at three sizes and batches of one and two. Each part's graphs (training's and validation's: grad mode
+    and eval mode are guarded, so validation compiles its own) stay within the hook's ``recompile_limit`` (16),
+    without its warning. Measured (torch 2.14, CPU): the backbone 4 training graphs (one where the dynamic linear's
+    cost rule switches) + 3 validation graphs, the pyramid 3 + 4 (its convolutions' layout rule switches with the
+    size); with more sizes the pyramid reaches dynamo's global limit of 8 (3 + 5 at six validation sizes), hence the
+    hook's own limit, per part."""
+    torch._dynamo.reset()
+    build, _ = FAMILIES['weightformer+simple-pyramid']
+    model = build()
+    counters = {'backbone': GraphCounter(), 'neck': GraphCounter()}
+    runner = SimpleNamespace(model=model, logger=logging.getLogger('test_compile'))
+    for part, counter in counters.items():
+        CompileHook([part], devices=('cpu',), backend=counter).before_run(runner)
+    with caplog.at_level(logging.INFO, 'test_compile'):
+        model.train()
+        for batch, *size in [(2, 128, 160), (2, 160, 128), (2, 256, 320), (1, 128, 160)]:
+            sum(o.square().mean() for o in model(torch.randn(batch, 3, *size))).backward()
+        trained = {part: counter.graphs for part, counter in counters.items()}
+        model.eval()
+        with torch.no_grad():
+            for batch, *size in [(1, 128, 160), (1, 256, 320), (2, 192, 192), (1, 640, 640)]:
+                model(torch.randn(batch, 3, *size))
+    graphs = {part: counter.graphs for part, counter in counters.items()}
+    assert all(trained[part] < graphs[part] <= 16 for part in graphs), (trained, graphs)
+    assert 'recompile limit' not in caplog.text

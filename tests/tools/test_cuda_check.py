@@ -1,5 +1,6 @@
 """tools/cuda_check.sh --dry-run: every step of the prepared CUDA run at tiny sizes on the CPU, the CUDA-only steps
-skipped with their reason, and the results file written."""
+skipped with their reason, and the results file written; without a CUDA device a real run refuses, and a pytest step
+whose every test was skipped reads "not run"."""
 import json
 import os
 import subprocess
@@ -10,12 +11,13 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = ['cuda-tests', 'table3', 'table3-compiled', 'train-imagenet-compiled', 'table3-bf16', 'table3-unfused',
+STEPS = ['suite', 'cuda-tests', 'table3', 'table3-compiled', 'train-imagenet-compiled', 'table3-bf16', 'table3-unfused',
          'train-imagenet', 'train-cascade-compiled', 'train-cascade', 'train-upernet', 'train-wf-dit-bf16',
          'train-wf-dit-fp16', 'generation', 'kernels', 'triton', 'train-imagenet-triton', 'profile', 'engine-split',
          'onnx-fp32', 'onnx-fp16', 'nccl']
-# the Triton kernels' steps (the interpreter's minutes), ONNX Runtime's CUDA provider, NCCL
-CUDA_ONLY = ['triton', 'train-imagenet-triton', 'onnx-fp32', 'onnx-fp16', 'nccl']
+# the suite on the device (on the CPU it is `make test`, which runs this), the Triton kernels' steps (the
+# interpreter's minutes), ONNX Runtime's CUDA provider, NCCL
+CUDA_ONLY = ['suite', 'triton', 'train-imagenet-triton', 'onnx-fp32', 'onnx-fp16', 'nccl']
 DEIT_T = 'deit_tiny_patch16_224'
 
 
@@ -35,14 +37,16 @@ def test_dry_run_runs_every_step_and_skips_the_cuda_ones_with_a_reason(dry_run):
     assert list(steps) == STEPS and report['dry_run'] is True
     for name in CUDA_ONLY:
         assert steps[name]['status'] == 'skipped' and 'dry run: needs' in steps[name]['reason'], name
-    for name in [n for n in STEPS if n not in CUDA_ONLY]:
+    for name in [n for n in STEPS if n not in CUDA_ONLY + ['cuda-tests']]:
         assert steps[name]['status'] == 'passed', (name, steps[name].get('reason'), steps[name].get('output_tail'))
-        assert steps[name]['tables'] or name == 'cuda-tests', name  # each tool printed its table
-    # the CUDA tests ran and were skipped for the want of a device, each named
+        assert steps[name]['tables'], name  # each tool printed its table
+    # the CUDA tests ran and were skipped for the want of a device, each named: the step did not run them
     assert len(report['tests']) > 20
     assert all(t['outcome'] == 'skipped' and 'CUDA' in t['message'] for t in report['tests'])
+    assert steps['cuda-tests']['status'] == 'not run' and 'every test skipped' in steps['cuda-tests']['reason']
     markdown = (out / 'results.md').read_text()
     assert all(f'| {name} |' in markdown for name in STEPS)
+    assert '| cuda-tests | tests/test_cuda.py (pytest -m cuda) | not run: every test skipped' in markdown
     assert 'mmengine' in markdown and (out / 'log.txt').stat().st_size > 0
     # in this test, not one of its own: xdist may tear a module fixture down between two tests and run the dry run
     # (two minutes) again
@@ -75,3 +79,36 @@ def check_the_tables_are_the_tools_own(report: dict) -> None:
     inference = steps['table3-compiled']['tables'][0]
     rows = {row[0]: dict(zip(inference['columns'], row)) for row in inference['rows']}
     assert float(rows['weightformer_t']['FLOP ceiling'].rstrip('x')) > 0 and rows[DEIT_T]['FLOP ceiling'] == '1.00x'
+
+
+def test_a_real_run_without_a_cuda_device_refuses():
+    """Without --dry-run and without a CUDA device (hidden here, whatever the machine) the run stops before its
+    first step with a non-zero status and says why: no results that could read as a GPU's."""
+    out = ROOT / 'work_dirs' / 'never_written'
+    proc = subprocess.run([sys.executable, 'tools/analysis/cuda_check.py', '--out', str(out)], cwd=ROOT,
+                          env=dict(os.environ, CUDA_VISIBLE_DEVICES=''), capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert 'no CUDA device here' in proc.stderr and '--dry-run' in proc.stderr
+    assert not (out / 'results.md').exists()
+
+
+def test_a_pytest_step_whose_tests_all_skip_did_not_run(tmp_path):
+    """run_step: a pytest step that exits 0 with every test skipped is 'not run' with the skip's reason; one with a
+    test that passed is 'passed'."""
+    sys.path.insert(0, str(ROOT / 'tools' / 'analysis'))
+    try:
+        import cuda_check
+    finally:
+        sys.path.pop(0)
+    (tmp_path / 'test_skips.py').write_text('import pytest\n\n\n@pytest.mark.skip(reason="needs a CUDA device")\n'
+                                            'def test_skipped():\n    pass\n')
+    (tmp_path / 'test_passes.py').write_text('def test_passes():\n    pass\n')
+    results = {}
+    for name in ('skips', 'passes'):
+        junit = tmp_path / cuda_check.JUNIT['cuda-tests']
+        step = cuda_check.Step('cuda-tests', name, [sys.executable, '-m', 'pytest', str(tmp_path / f'test_{name}.py'),
+                                                    '-p', 'no:cacheprovider', '-q', '--junitxml', str(junit)], 120)
+        with open(tmp_path / 'log.txt', 'w') as log:
+            results[name] = cuda_check.run_step(step, 120, log)
+    assert results['skips']['status'] == 'not run' and 'needs a CUDA device' in results['skips']['reason']
+    assert results['passes']['status'] == 'passed'

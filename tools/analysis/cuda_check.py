@@ -10,17 +10,22 @@ others.
     bash tools/cuda_check.sh --dry-run --out /tmp/cuda_check            # every step at tiny sizes on the CPU
 
 The steps, most important first (``--budget`` seconds in all; a step not started in time is skipped):
-the CUDA tests; WF-T against DeiT-T throughput and peak memory at 224, 1024 and 1248 (Table 3, Section 5.5: eager
-fp32, then both compiled alike, the ImageNet and Cascade training steps compiled, and compiled bf16 inference); DeiT-T
-with unfused attention, as the paper's DeiT ran; one mixed-precision training step per family at the configs'
-per-GPU batch (ImageNet, Cascade and UperNet backbones with their pyramid, WF-DiT B/2 in bf16 and fp16); the
-generation benchmark at Table 7's per-GPU batch; the dynamic layers' kernel choices timed; the generation step's
-profile by kernel; one block's token mixer against its channel mixer; ONNX Runtime's CUDA provider; NCCL on two
-GPUs.
+the test suite on the device (every Triton test runs its compiled kernels there: the whole suite where the MMLab
+stack is installed, else the tests that need only torch, timm, triton and mmengine); the CUDA tests; WF-T against
+DeiT-T throughput and peak memory at 224, 1024 and 1248 (Table 3, Section 5.5: eager fp32, then both compiled alike,
+the ImageNet and Cascade training steps compiled, and compiled bf16 inference); DeiT-T with unfused attention, as
+the paper's DeiT ran; one mixed-precision training step per family at the configs' per-GPU batch (ImageNet, Cascade
+and UperNet backbones with their pyramid, WF-DiT B/2 in bf16 and fp16); the generation benchmark at Table 7's
+per-GPU batch; the dynamic layers' kernel choices timed; the generation step's profile by kernel; one block's token
+mixer against its channel mixer; ONNX Runtime's CUDA provider; NCCL on two GPUs.
+
+Without a CUDA device only ``--dry-run`` runs: a real run there exits with an error rather than report steps whose
+every test was skipped. A pytest step whose tests were all skipped reads "not run", never "passed".
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import os.path as osp
@@ -39,6 +44,16 @@ TOOLS = osp.join(ROOT, 'tools', 'analysis')
 TABLE3 = dict(sizes=[224, 1024, 1248], batch={224: 128, 1024: 8, 1248: 8})
 # Table 3's networks: WF-T (mmwf's name) and DeiT-T as timm computes it, the paper's reference
 WF_T, DEIT_T = 'weightformer_t', 'deit_tiny_patch16_224'
+MMLAB = ('mmcv', 'mmdet', 'mmseg', 'mmpretrain')
+# the suite's tests that need only torch, timm, triton and mmengine (what cuda_check.sh installs), where the MMLab
+# stack is missing: the layers (their Triton kernels among them), the backbones, the ViT pyramid, the denoisers, the
+# compiled graphs and the transfer of weights; tests/models' others need mmcv's RoIAlign, mmdet, mmpretrain's configs
+# or diffusers, and tests/test_cuda.py is the next step's
+CORE_TESTS = ['tests/models/layers', 'tests/models/backbones', 'tests/models/necks/test_vit_baseline_pyramid.py',
+              'tests/models/diffusion', '--ignore', 'tests/models/diffusion/test_diffusers.py',
+              'tests/models/test_compile.py', 'tests/models/test_transfer.py']
+# the junit files of the pytest steps: step -> file under --out
+JUNIT = {'suite': 'suite_tests.xml', 'cuda-tests': 'cuda_tests.xml'}
 
 
 @dataclass
@@ -85,6 +100,19 @@ def need_onnx(provider: str) -> Callable[[], str | None]:
     return need
 
 
+def suite_tests() -> tuple[list[str], str]:
+    """The suite step's pytest arguments and what they cover: every test but tests/test_cuda.py (the next step)
+    where the MMLab stack is installed, else :data:`CORE_TESTS`; on every core where pytest-xdist is there."""
+    missing = [package for package in MMLAB if importlib.util.find_spec(package) is None]
+    parallel = ['-n', 'auto', '--dist', 'loadgroup'] if importlib.util.find_spec('xdist') else []
+    if not missing:
+        return ['tests', '--ignore', 'tests/test_cuda.py', *parallel], \
+            'the test suite on the device (pytest tests, all but tests/test_cuda.py: the next step)'
+    return [*CORE_TESTS, *parallel], (f'the tests that need only torch, timm, triton and mmengine on the device, '
+                                      f'the layers\' and backbones\' among them ({", ".join(missing)} not '
+                                      'installed; results.json names the files)')
+
+
 def steps(out: str, dry_run: bool) -> list[Step]:
     """The run's steps in order; ``dry_run``: each at tiny sizes on the CPU."""
     dev = 'cpu' if dry_run else 'cuda'
@@ -100,10 +128,15 @@ def steps(out: str, dry_run: bool) -> list[Step]:
     gen = ['--sizes', 8 if dry_run else 32, '--batch', 2 if dry_run else 32, '--device', dev, *rounds]
     gen_no_memory = ['--no-memory'] if dry_run else []
     dit = 'S/2' if dry_run else 'B/2'
+    suite, suite_what = suite_tests()
     return [
+        # a GPU in the dry run too: on the CPU the suite is the one `make test` runs, and it runs this dry run
+        Step('suite', suite_what,
+             [sys.executable, '-m', 'pytest', *suite, '-m', 'not benchmark', '-p', 'no:cacheprovider', '-q', '-rfE',
+              '--junitxml', osp.join(out, JUNIT['suite'])], 240, need=need_gpus(1, dry_run)),
         Step('cuda-tests', 'tests/test_cuda.py (pytest -m cuda)',
              [sys.executable, '-m', 'pytest', '-m', 'cuda', 'tests/test_cuda.py', '-p', 'no:cacheprovider', '-q',
-              '-rA', '--junitxml', osp.join(out, 'cuda_tests.xml')], 180),
+              '-rA', '--junitxml', osp.join(out, JUNIT['cuda-tests'])], 180),
         Step('table3', 'WF-T vs DeiT-T (timm, fused attention): throughput and peak memory',
              tool('inference', '--models', WF_T, DEIT_T, *table3, '--plot', osp.join(out, 'benchmark.png')),
              90),
@@ -238,6 +271,13 @@ def run_step(step: Step, timeout: float, log) -> dict:
         status, reason = 'failed', f'stopped after {timeout:.0f} s (its time limit)'
     log.write(output)
     log.flush()
+    if status == 'passed' and step.name in JUNIT:  # a pytest step: passed only where a test ran and passed
+        cases = junit_tests(step.argv[step.argv.index('--junitxml') + 1])
+        if not any(case['outcome'] == 'passed' for case in cases):
+            skipped = [case for case in cases if case['outcome'] == 'skipped']
+            status = 'not run'
+            reason = (f'every test skipped ({len(skipped)}: {skipped[0]["message"]})' if skipped
+                      else 'no test ran')
     tables = markdown_tables(output)
     if step.name == 'nccl' and status == 'passed':
         tables.append(nccl_table(step.argv[-3]))
@@ -329,10 +369,14 @@ def markdown(report: dict) -> str:
         lines.append(f'| {step["name"]} | {step["what"]} | {status} | {step["seconds"]:.0f} |')
     lines += ['', '## Against the paper', '', '| claim | paper | measured |', '|---|---|---|']
     lines += [f'| {c["claim"]} | {number(c["paper"])} | {number(c["measured"])} |' for c in report['paper']]
-    failed = [t for t in report['tests'] if t['outcome'] in ('failure', 'error')]
-    outcomes = {o: sum(t['outcome'] == o for t in report['tests']) for o in ('passed', 'failure', 'error', 'skipped')}
-    lines += ['', '## CUDA tests', '', ', '.join(f'{n} {o}' for o, n in outcomes.items())]
-    lines += [f'- {t["name"]}: {t["outcome"]}: {t["message"]}' for t in failed]
+    for title, cases in (('Suite', report.get('suite_tests', [])), ('CUDA tests', report['tests'])):
+        failed = [t for t in cases if t['outcome'] in ('failure', 'error')]
+        outcomes = {o: sum(t['outcome'] == o for t in cases) for o in ('passed', 'failure', 'error', 'skipped')}
+        summary = ', '.join(f'{n} {o}' for o, n in outcomes.items()) if cases else 'not run'
+        if cases and not outcomes['passed']:
+            summary += ': not run (no test passed)'
+        lines += ['', f'## {title}', '', summary]
+        lines += [f'- {t["name"]}: {t["outcome"]}: {t["message"]}' for t in failed]
     for step in report['steps']:
         if step['tables']:
             lines += ['', f'## {step["name"]}', '', f'`{step["command"].replace(ROOT + "/", "")}`']
@@ -348,13 +392,17 @@ def main() -> None:
     parser.add_argument('--out', default='work_dirs/cuda_check', help='folder for the results. Defaults to '
                         'work_dirs/cuda_check')
     parser.add_argument('--dry-run', action='store_true', help='every step at tiny sizes on the CPU')
-    parser.add_argument('--budget', type=float, default=480, help='seconds for all steps; a step is not started '
-                        'with less than 20 s left. Defaults to 480')
+    parser.add_argument('--budget', type=float, default=600, help='seconds for all steps; a step is not started '
+                        'with less than 20 s left. Defaults to 600')
     parser.add_argument('--steps', nargs='+', help='only these steps (names as in results.md)')
     args = parser.parse_args()
     out = osp.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    for stale in ('cuda_tests.xml', 'benchmark.png', 'engine_split.png', 'results.json', 'results.md'):
+    if not args.dry_run and not cuda_devices():
+        raise SystemExit('error: no CUDA device here (torch.cuda.is_available() is False, torch '
+                         f'{torch.__version__}, CUDA {torch.version.cuda}): every step of this run needs one, and '
+                         'none ran. Run it on a CUDA machine, or with --dry-run for the steps\' wiring on the CPU')
+    for stale in (*JUNIT.values(), 'benchmark.png', 'engine_split.png', 'results.json', 'results.md'):
         if osp.isfile(osp.join(out, stale)):
             os.remove(osp.join(out, stale))
     plan = steps(out, args.dry_run)
@@ -379,7 +427,8 @@ def main() -> None:
                   f'{last["seconds"]:.0f} s', flush=True)
     report = dict(started=started, seconds=time.perf_counter() - clock, dry_run=args.dry_run,
                   environment=environment(), steps=results,
-                  tests=junit_tests(osp.join(out, 'cuda_tests.xml')), paper=paper_comparison(results))
+                  tests=junit_tests(osp.join(out, JUNIT['cuda-tests'])),
+                  suite_tests=junit_tests(osp.join(out, JUNIT['suite'])), paper=paper_comparison(results))
     with open(osp.join(out, 'results.json'), 'w') as f:
         json.dump(report, f, indent=1)
     with open(osp.join(out, 'results.md'), 'w') as f:

@@ -1,7 +1,8 @@
 """The factored dynamic linear's Triton kernel (``layers/dynamic_linear_triton.py``) against the paper's equations, on
 odd shapes: Cin, Cout and the rank neither powers of two nor multiples of the blocks, batch 1 and 3, fewer tokens
-than a block, left factors per sample and shared, with and without the GELU epilogue; forward and backward. On the
-CPU it runs under Triton's interpreter (tests/conftest.py); ``tests/test_cuda.py`` runs it on the device."""
+than a block, left factors per sample and shared, with and without the GELU epilogue; forward and backward. It runs on
+the GPU where there is one, else on the CPU under Triton's interpreter (tests/triton_device.py); ``tests/test_cuda.py``
+runs it at the layers' sizes on the device."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,6 +12,7 @@ from mmwf.models.layers import BilateralDynamicLinear
 from mmwf.models.layers.dynamic_linear_triton import low_rank_linear_triton
 from mmwf.models.layers.implementation import evaluation
 from tests.reference import gelu, linear_delta, linear_output, randomised
+from tests.triton_device import TENSOR_CORE_ROUNDINGS, TRITON_DEVICE, fp32_sums_in_cublas, full_fp32
 
 SHAPES = [(3, 35, 24, 5, 40), (1, 70, 48, 12, 96), (2, 7, 20, 49, 13), (3, 130, 70, 33, 65)]  # B, N, Cin, K, Cout
 
@@ -22,13 +24,13 @@ def reference(x, weight, bias, left, right, act):
     return gelu(z) if act else z
 
 
-def operands(shape, shared, dtype=torch.float64, requires_grad=True):
-    """x, W0, b, L, R of ``shape``; ``shared``: which factors one sample's are for the batch (False, 'left',
-    'right' or 'both'; True: 'left')."""
+def operands(shape, shared, dtype=torch.float64, requires_grad=True, device=TRITON_DEVICE):
+    """x, W0, b, L, R of ``shape`` on ``device`` (the kernel's); ``shared``: which factors one sample's are for the
+    batch (False, 'left', 'right' or 'both'; True: 'left')."""
     B, N, cin, k, cout = shape
     shared = 'left' if shared is True else shared or ''
     left_b, right_b = (1 if shared in (side, 'both') else B for side in ('left', 'right'))
-    return [torch.randn(*s, dtype=dtype, requires_grad=requires_grad)
+    return [torch.randn(*s, dtype=dtype, device=device, requires_grad=requires_grad)
             for s in ((B, N, cin), (cin, cout), (cout,), (left_b, cin, k), (right_b, k, cout))]
 
 
@@ -38,12 +40,25 @@ def operands(shape, shared, dtype=torch.float64, requires_grad=True):
 def test_kernel_equals_the_equation_in_fp64(shape, shared, act):
     inputs = operands(shape, shared)
     out, expected = low_rank_linear_triton(*inputs, act), reference(*inputs, act)
+    assert out.device == TRITON_DEVICE
     torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
     weights = torch.randn_like(out)
     grads = torch.autograd.grad((out * weights).sum(), inputs)
     expected_grads = torch.autograd.grad((expected * weights).sum(), inputs)
     for g, r in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(g, r, rtol=1e-11, atol=1e-11)
+
+
+def test_every_tile_of_the_grouped_order_is_written_once():
+    """More token blocks than a group (the kernel's GROUP_T), the last group short, and several output blocks: the
+    grouped program order covers every (token block, output block) tile of every sample once, against the equation
+    in fp64 (an unwritten tile would keep the output's uninitialised values, a doubled one is harmless but a
+    misplaced one is not)."""
+    from mmwf.models.layers.dynamic_linear_triton import GROUP_T, TILES
+    block_t, block_co = TILES[0][:2]  # the interpreter's one tile; on a GPU the autotuner's pick, smaller or larger
+    shape = (1, (GROUP_T + 2) * block_t + 5, 8, 3, block_co + 3)  # B, N, Cin, K, Cout
+    inputs = operands(shape, False, requires_grad=False)
+    torch.testing.assert_close(low_rank_linear_triton(*inputs), reference(*inputs, False), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize('act', [False, True], ids=['linear', 'gelu'])
@@ -53,22 +68,25 @@ def test_kernel_in_low_precision_sums_in_fp32(dtype, act):
     rounding at the store. Against fp64 on the rounded operands, the error is at most (Cin + K + 2) fp32 roundings of
     the sum of the terms' magnitudes, t's rounding (one ulp of the dtype, and its own Cin fp32 roundings) times |R|,
     and the store's ulp (Triton's interpreter converts to bf16 toward zero: one ulp, not half); GELU's slope is below
-    1.13 and fp32 erf adds a few roundings of |z|."""
+    1.13 and fp32 erf adds a few roundings of |z|. On a GPU each rounding of the sums counts twice
+    (TENSOR_CORE_ROUNDINGS: the tensor cores' fp32 accumulation truncates), and t's GEMM sums in fp32 throughout."""
     B, N, cin, k, cout = 2, 37, 40, 9, 24
     x, w, b, left, right = (t.to(dtype) for t in operands((B, N, cin, k, cout), False, requires_grad=False))
-    out = low_rank_linear_triton(x, w, b, left, right, act)
+    with fp32_sums_in_cublas():
+        out = low_rank_linear_triton(x, w, b, left, right, act)
     assert out.dtype == dtype
-    d = [t.double() for t in (x, w, b, left, right)]
+    d = [t.double().cpu() for t in (x, w, b, left, right)]
     exact = reference(*d, act)
     xa, wa, ba, la, ra = (t.abs() for t in d)
     t_mag = xa @ la
     u32, ulp = torch.finfo(torch.float32).eps / 2, torch.finfo(dtype).eps
     magnitude = xa @ wa + t_mag @ ra + ba
+    u32 = TENSOR_CORE_ROUNDINGS * u32
     bound = (cin + k + 2) * u32 * magnitude + (ulp + cin * u32) * (t_mag @ ra)
     if act:
         bound = 1.13 * bound + 8 * u32 * magnitude
     bound = bound + ulp * exact.abs() + torch.finfo(dtype).tiny
-    error = (out.double() - exact).abs()
+    error = (out.double().cpu() - exact).abs()
     assert (error <= bound).all(), (error / bound).max()
     assert error.max() > 0  # the bound is met by rounding, not by an fp64 evaluation
 
@@ -77,8 +95,8 @@ def test_kernel_in_low_precision_sums_in_fp32(dtype, act):
 def test_the_layer_takes_the_kernel_as_its_form(order):
     """BilateralDynamicLinear with form='fused' gives eq. 8 applied by eq. 3 (tests.reference), outputs and the
     gradients of every parameter, in both orders (rank N' per sample, or Cin / r shared by the batch)."""
-    layer = randomised(BilateralDynamicLinear(20, 36, order=order, form='fused').double())
-    x = torch.randn(3, 7 * 5, 20, dtype=torch.float64, requires_grad=True)
+    layer = randomised(BilateralDynamicLinear(20, 36, order=order, form='fused').double()).to(TRITON_DEVICE)
+    x = torch.randn(3, 7 * 5, 20, dtype=torch.float64, device=TRITON_DEVICE, requires_grad=True)
     out = layer(x, (7, 5))
     expected = linear_output(layer, x, linear_delta(layer, x, (7, 5)))
     torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
@@ -92,8 +110,9 @@ def test_the_layer_takes_the_kernel_as_its_form(order):
 def test_inference_blocks_take_gelu_in_the_epilogue():
     """WF-T-like blocks in inference with form='fused' and conv='triton' (the MLP's GELU in the kernel's epilogue)
     give what the materialized form and the grouped conv give."""
-    model = randomised(WeightFormer(dict(embed_dims=24, depth=3, mlp_ratio=4), dynamic_blocks=[1]).double()).eval()
-    image = torch.randn(2, 3, 80, 48, dtype=torch.float64)
+    model = randomised(WeightFormer(dict(embed_dims=24, depth=3, mlp_ratio=4), dynamic_blocks=[1]).double())
+    model = model.to(TRITON_DEVICE).eval()
+    image = torch.randn(2, 3, 80, 48, dtype=torch.float64, device=TRITON_DEVICE)
     with torch.no_grad():
         with evaluation(model, form='fused', conv='triton'):
             fused = model(image)
@@ -106,12 +125,13 @@ def test_inference_blocks_take_gelu_in_the_epilogue():
 def test_traced_graphs_keep_the_reference_evaluation():
     """TorchScript tracing (the FLOP counter, the TorchScript ONNX exporter) has no form for a Triton kernel: the
     layer's 'fused' and 'triton' choices give way to the traced entries there, and the traced graph computes the
-    same function."""
+    same function (in IEEE fp32 on a GPU, whose cuDNN convolutions take TF32 by default)."""
     model = randomised(WeightFormer(dict(embed_dims=24, depth=2, mlp_ratio=4), dynamic_blocks=[1],
                                     dynamic_linear=dict(type='BilateralDynamicLinear', form='fused'),
-                                    dynamic_dwc=dict(type='AdaptiveDynamicDWConv', conv='triton'))).eval()
-    image = torch.randn(1, 3, 64, 48)
-    with torch.no_grad():
+                                    dynamic_dwc=dict(type='AdaptiveDynamicDWConv', conv='triton')))
+    model = model.to(TRITON_DEVICE).eval()
+    image = torch.randn(1, 3, 64, 48, device=TRITON_DEVICE)
+    with torch.no_grad(), full_fp32():
         traced = torch.jit.trace(model, image, check_trace=False)
         assert 'mmwf::' not in str(traced.inlined_graph)
         torch.testing.assert_close(traced(image), model(image), rtol=1e-4, atol=1e-5)
@@ -140,14 +160,13 @@ def test_gradients_under_autocast_are_those_of_the_torch_evaluation():
     at most 8 ulps of bf16 (2^-5) of each result's largest magnitude. The gradients come back in the parameters'
     dtype."""
     torch.manual_seed(0)
-    x = torch.randn(3, 37, 24)
-    w, b = torch.randn(24, 40, requires_grad=True), torch.randn(40, requires_grad=True)
-    left, right = torch.randn(1, 24, 6, requires_grad=True), torch.randn(3, 6, 40, requires_grad=True)
-    leaves = (w, b, left, right)
-    upstream = torch.randn(3, 37, 40)
+    x, w, b, left, right = (t.to(TRITON_DEVICE) for t in (torch.randn(3, 37, 24), torch.randn(24, 40), torch.randn(40),
+                                                         torch.randn(1, 24, 6), torch.randn(3, 6, 40)))
+    leaves = tuple(t.requires_grad_() for t in (w, b, left, right))
+    upstream = torch.randn(3, 37, 40, device=TRITON_DEVICE)
     results = []
     for fused in (True, False):
-        with torch.autocast('cpu', dtype=torch.bfloat16):
+        with torch.autocast(TRITON_DEVICE.type, dtype=torch.bfloat16):
             out = low_rank_linear_triton(x, w, b, left, right) if fused else \
                 torch.baddbmm(F.linear(x, w.t(), b), torch.matmul(x, left), right.to(torch.bfloat16))
         results.append((out, torch.autograd.grad(out, leaves, upstream.to(out.dtype))))
