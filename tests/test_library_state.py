@@ -18,7 +18,7 @@ def test_building_a_task_model_leaves_the_current_scope():
 
 
 def test_seeded_library_functions_leave_torchs_generator():
-    from mmwf.analysis.generation import train_classifier
+    from mmwf.analysis.generation_measures import train_classifier
     images, labels = torch.randint(0, 255, (8, 3, 16, 16), dtype=torch.uint8), torch.arange(8) % 2
     state = torch.get_rng_state()
     first = train_classifier(images, labels, 2, steps=2, seed=3)

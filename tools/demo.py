@@ -68,7 +68,7 @@ def generation_demo(args) -> str:
     from mmengine.config import Config, DictAction
     from mmengine.registry import init_default_scope
 
-    from mmwf.analysis.generation import classifier_measures, load_class_folder, save_grid, train_classifier
+    from mmwf.analysis.generation_measures import classifier_measures, load_class_folder, save_grid, train_classifier
     from mmwf.registry import MODELS
     from mmwf.utils.checkpoint import load_state_dict_file, load_strict
     work_dir, root = osp.join(args.work_dir, 'gen'), osp.join(args.data_root, 'gen')

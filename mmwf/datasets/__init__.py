@@ -10,7 +10,7 @@ from .checks import (
     configure_annotation_checks,
     head_class_counts,
 )
-from .generation import ClassFolderImages, LatentCacheDataset, SamplingLabels, center_crop_arr, class_folder
+from .generation_data import ClassFolderImages, LatentCacheDataset, SamplingLabels, center_crop_arr, class_folder
 
 __all__ = ['CheckAnnotations', 'annotation_file_error', 'check_classes', 'check_dataset_paths',
            'configure_annotation_checks', 'head_class_counts', 'ClassFolderImages', 'LatentCacheDataset',

@@ -1,5 +1,5 @@
 """Metrics of mmwf's tasks: FID and Inception Score of generated images."""
-from .generation import (
+from .fid import (
                          FIDInception,
                          GenerationMetric,
                          feature_statistics,

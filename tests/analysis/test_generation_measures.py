@@ -3,7 +3,7 @@ pixels and leaves colour uninformative, and the distance reported only where the
 import pytest
 import torch
 
-from mmwf.analysis.generation import DemoClassifier, classifier_measures, shuffle_colours, wilson_interval
+from mmwf.analysis.generation_measures import DemoClassifier, classifier_measures, shuffle_colours, wilson_interval
 
 
 @pytest.mark.parametrize('k, n', [(0, 20), (17, 20), (120, 150), (150, 150)])

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmwf.evaluation import generation as ev
+from mmwf.evaluation import fid as ev
 
 
 def random_rotation(d, rng):

@@ -20,10 +20,10 @@ import torch
 import torch.distributed as dist
 
 from mmwf.datasets import center_crop_arr
-from mmwf.datasets.generation import IMAGE_EXTENSIONS
+from mmwf.datasets.generation_data import IMAGE_EXTENSIONS
 from mmwf.engine.world import LAUNCHERS
 from mmwf.evaluation import FIDInception
-from mmwf.evaluation.generation import add_sums, moment_statistics, moment_sums, summed_over_processes
+from mmwf.evaluation.fid import add_sums, moment_statistics, moment_sums, summed_over_processes
 from mmwf.utils import init_tool_distributed
 from mmwf.utils.arrays import check_image_array, load_arrays, read_image
 from mmwf.utils.checkpoint import atomic_write, output_problem

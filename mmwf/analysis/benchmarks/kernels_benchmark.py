@@ -9,7 +9,7 @@ import torch
 
 from mmwf.analysis.timing import interleaved_times
 
-from .inference import parse_batches
+from .inference_benchmark import parse_batches
 
 
 def bench_kernels(names: list[str], sizes: list[int], batches: dict[int, int], rounds: int, device: str) -> None:

@@ -24,10 +24,10 @@ from mmwf.models.layers import (
     dynamic_block_ids,
     ffn_widths,
     gelu_linear,
-    has_forward_hooks,
     map_to_tokens,
     swiglu,
 )
+from mmwf.models.layers.implementation import BlockFusion
 from mmwf.registry import MODELS
 
 from .base import PlainBackbone
@@ -41,11 +41,13 @@ class WeightFormerBlock(nn.Module):
     Static (released): ``x = x + dwc(x)``; ``x = x + drop_path(drop(linear2(drop(act(linear1(norm2(x)))))))``.
     Dynamic (released): first ``x = norm1(x)`` (the stream itself is normalised, a release quirk), then the
     same with a dynamic ``dwc`` and/or dynamic ``linear1`` / ``linear2``. With ``ffn_type='swiglu'``, SwiGLU on
-    ``linear1``'s packed [gate | up] output replaces ``act`` (``layers/ffn.py``). Without forward hooks, the GELU MLP
-    with a static ``linear2`` follows the blocks' memory rule (:func:`~mmwf.models.layers.gelu_linear`: GELU
+    ``linear1``'s packed [gate | up] output replaces ``act`` (``layers/ffn.py``). Without forward hooks
+    (:class:`~mmwf.models.layers.implementation.BlockFusion`), the conv adds the shortcut in its own evaluation, the
+    GELU MLP with a static ``linear2`` follows the blocks' memory rule (:func:`~mmwf.models.layers.gelu_linear`: GELU
     recomputed in the backward pass in training, in place at inference), and at inference the activation and the
     residual adds run in place on fresh branch outputs (saving 4C-wide buffers); with hooks every module's output
-    stays as it returned it.
+    stays as it returned it. Each layer picks its kernels itself
+    (:func:`~mmwf.models.layers.implementation.choose_kernel`).
 
     Args:
         dim (int): channels C.
@@ -78,32 +80,35 @@ class WeightFormerBlock(nn.Module):
         context = dict(context_features=dim) if linear2_context else {}
         self.linear2 = MODELS.build(dict(linear2, in_features=hidden, out_features=dim, **context))
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        # the MLP's fused evaluations these modules allow, decided once: GELU in linear1's kernel (its epilogue), or
+        # GELU recomputed in a static linear2's backward where nothing drops linear2's input
+        self.gelu_in_linear1 = not self.swiglu and getattr(self.linear1, 'gelu_epilogue', False)
+        self.gelu_in_linear2 = not self.swiglu and type(self.linear2) is StaticLinear and not drop
 
     def forward(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-        plain = not has_forward_hooks(self)  # no hook sees an intermediate: fused and in-place evaluations
-        inplace = plain and not torch.is_grad_enabled()
+        """The paper's block on tokens x (B, H*W, C): token mixing by the (dynamic) depthwise conv and channel mixing
+        by the MLP of (dynamic) linears, each added to the stream, after ``norm1`` (dynamic blocks of the release).
+        How the sums and the MLP are evaluated for this call is :class:`BlockFusion`'s."""
+        fusion = BlockFusion.of(self)
         x = self.norm1(x)
-        # the shortcut in the conv's own evaluation (the Triton kernel's one pass; in place in inference), unless a
-        # hook watches the conv's output
-        x = self.dwc(x, hw, residual=True) if plain else self.dwc(x, hw) + x
-        y = self.drop_path(self.channel_mixer(self.norm2(x), hw, inplace, fused=plain))
-        return y.add_(x) if inplace else y + x
+        x = fusion.shortcut(self.dwc, x, hw)  # x + dwc(x)
+        return fusion.add(self.drop_path(self.channel_mixer(self.norm2(x), hw, fusion)), x)  # x + mlp(norm2(x))
 
-    def channel_mixer(self, z: torch.Tensor, hw: tuple[int, int], inplace: bool = False,
-                      fused: bool = False) -> torch.Tensor:
-        """The MLP branch on its normalised input z (B, H*W, C), before stochastic depth and the residual:
-        drop(linear2(drop(act(linear1(z))))) (``inplace``: the activation in place on linear1's fresh output;
-        ``fused``: a GELU MLP whose ``linear2`` is static and without dropout through
-        :func:`~mmwf.models.layers.gelu_linear`; in inference, GELU in linear1's own evaluation where it takes it:
-        the Triton kernel's epilogue)."""
-        if inplace and self.act is not None and getattr(self.linear1, 'gelu_epilogue', False):
-            y = self.drop(self.linear1(z, hw, gelu=True))
-            return self.drop(self.linear2(y, hw, z) if self.linear2_context else self.linear2(y, hw))
+    def channel_mixer(self, z: torch.Tensor, hw: tuple[int, int], fusion: BlockFusion | None = None) -> torch.Tensor:
+        """The MLP on its normalised input z (B, H*W, C), before stochastic depth and the residual:
+        drop(linear2(drop(act(linear1(z))))), evaluated as ``fusion`` allows (None: each module as it is): GELU in
+        linear1's own kernel (``gelu_in_linear1``: the Triton kernel's epilogue) at inference, GELU recomputed in
+        linear2's backward (``gelu_in_linear2``: :func:`~mmwf.models.layers.gelu_linear`), activations in place at
+        inference."""
+        fusion = fusion or BlockFusion()
+        context = (z,) if self.linear2_context else ()
+        if fusion.inplace and self.gelu_in_linear1:
+            return self.drop(self.linear2(self.drop(self.linear1(z, hw, gelu=True)), hw, *context))
         y = self.linear1(z, hw)
-        if fused and self.act is not None and type(self.linear2) is StaticLinear and not self.drop.p:
-            return gelu_linear(y, self.linear2, inplace=inplace)
-        y = self.drop(swiglu(y, inplace) if self.swiglu else torch.ops.aten.gelu_(y) if inplace else self.act(y))
-        return self.drop(self.linear2(y, hw, z) if self.linear2_context else self.linear2(y, hw))
+        if fusion.across and self.gelu_in_linear2:
+            return gelu_linear(y, self.linear2, inplace=fusion.inplace)
+        y = swiglu(y, fusion.inplace) if self.swiglu else torch.ops.aten.gelu_(y) if fusion.inplace else self.act(y)
+        return self.drop(self.linear2(self.drop(y), hw, *context))
 
 
 @MODELS.register_module()

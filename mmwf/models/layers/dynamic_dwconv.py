@@ -17,14 +17,14 @@ from torch.nn.init import trunc_normal_
 
 from mmwf.registry import MODELS
 
-from .implementation import check_choice, implementation, in_graph, kernel, records_autograd
+from .implementation import check_choice, choose_kernel, implementation, records_autograd
 from .tokens import map_to_tokens, tokens_to_map
 
 
 def adaptive_pool_kernel(x: torch.Tensor, impl: str = 'auto') -> str:
-    """``'native'``, ``'matrices'`` or ``'tokens'``: ``impl``, or for ``'auto'`` the
-    :func:`~.implementation.kernel` of ``'adaptive_pool'`` on x's device, with or without autograd."""
-    return kernel('adaptive_pool', x.device, records_autograd(x)) if impl == 'auto' else impl
+    """``'native'``, ``'matrices'`` or ``'tokens'``: :func:`~.implementation.choose_kernel`'s ``'adaptive_pool'``
+    for the choice ``impl`` and the map x (B, C, H, W) on its device, with or without autograd."""
+    return choose_kernel('adaptive_pool', impl, x.device, records_autograd(x))
 
 
 def adaptive_avg_pool(x: torch.Tensor, size: int, impl: str = 'auto') -> torch.Tensor:
@@ -111,8 +111,8 @@ def pool_tokens_adaptive(x: torch.Tensor, hw: tuple[int, int], size: int) -> tor
 def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                               impl: str = 'auto') -> torch.Tensor:
     """Depthwise K x K convolution ('same' zero padding) with a kernel per sample: x (B, C, H, W), weight
-    (B, C, K, K), bias (C) -> (B, C, H, W). One operation, five evaluations, chosen by ``impl`` (``'auto'``: the
-    :func:`~.implementation.kernel` of ``'depthwise_conv'`` on x's device):
+    (B, C, K, K), bias (C) -> (B, C, H, W). One operation, five evaluations, chosen by
+    :func:`~.implementation.choose_kernel` for the choice ``impl`` (``'auto'``: by the table, on x's device):
 
     - ``'loop'`` (eager CPU inference): one depthwise conv per sample on the channels-last views, the fastest there;
     - ``'grouped'`` (eager CUDA, eager CPU training, TorchScript tracing for the FLOP counter, and exported graphs
@@ -126,19 +126,23 @@ def per_sample_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch
       kernel taps, element-wise ops generic in B, H and W;
     - ``'triton'`` (a choice, not yet the rule's: no GPU has timed it): one Triton kernel on the tokens' layout, its
       backward two (:mod:`.dwconv_triton`; on the CPU under ``TRITON_INTERPRET=1``); traced and exported graphs
-      take their own entry instead (:func:`~.implementation.in_graph`).
+      take their own entry instead.
     """
-    B, C, H, W = x.shape
-    k = weight.shape[-1]
-    impl = in_graph(impl)
-    if impl == 'auto':
-        impl = kernel('depthwise_conv', x.device, records_autograd(x, weight))
-    if impl == 'grouped-static':  # a symbolic batch (torch.export's dynamic dims) is not an int
-        impl = 'grouped' if isinstance(B, int) else 'taps'
+    impl = choose_kernel('depthwise_conv', impl, x.device, records_autograd(x, weight), batch=x.shape[0])
     if impl == 'triton':  # one kernel on the tokens' layout and the taps (layers/dwconv_triton.py)
         from .dwconv_triton import per_sample_dwconv_triton
-        taps, hw = weight.flatten(2).transpose(1, 2), (H, W)
+        taps, hw = weight.flatten(2).transpose(1, 2), (x.shape[-2], x.shape[-1])
         return tokens_to_map(per_sample_dwconv_triton(map_to_tokens(x), hw, taps, bias), hw)
+    return evaluate_depthwise_conv(impl, x, weight, bias)
+
+
+def evaluate_depthwise_conv(impl: str, x: torch.Tensor, weight: torch.Tensor,
+                            bias: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`per_sample_depthwise_conv` by the chosen kernel ``impl`` (``'loop'``, ``'grouped'``, ``'taps'`` or
+    ``'shift'``), for a layer that asked :func:`~.implementation.choose_kernel` itself: x (B, C, H, W), weight
+    (B, C, K, K), bias (C) -> (B, C, H, W)."""
+    B, C, H, W = x.shape
+    k = weight.shape[-1]
     if impl == 'loop':
         return torch.cat([F.conv2d(x[i:i + 1], weight[i].unsqueeze(1), bias, padding=k // 2, groups=C)
                           for i in range(B)])
@@ -238,13 +242,12 @@ class DynamicDWConv(nn.Module):
         the Triton kernel's one pass, else one add)."""
         k = self.kernel_size
         taps = self.w.view(self.dim, k * k).t() + self.normalise(self.delta_taps(x, hw))  # (B, K*K, C)
-        conv = in_graph(self.conv)
-        impl = conv if conv != 'auto' else kernel('depthwise_conv', x.device, records_autograd(x, taps))
+        impl = choose_kernel('depthwise_conv', self.conv, x.device, records_autograd(x, taps), batch=x.shape[0])
         if impl == 'triton':  # one kernel on the tokens and the taps (layers/dwconv_triton.py)
             from .dwconv_triton import per_sample_dwconv_triton
             return per_sample_dwconv_triton(x, hw, taps, self.b, residual)
         weight = tokens_to_map(taps, (k, k))  # (B, C, K, K)
-        return add_shortcut(map_to_tokens(per_sample_depthwise_conv(tokens_to_map(x, hw), weight, self.b, impl)), x,
+        return add_shortcut(map_to_tokens(evaluate_depthwise_conv(impl, tokens_to_map(x, hw), weight, self.b)), x,
                             residual)
 
     def extra_repr(self) -> str:
@@ -333,7 +336,8 @@ class StaticDWConv(nn.Conv2d):
 
     def forward(self, x: torch.Tensor, hw: tuple[int, int], residual: bool = False) -> torch.Tensor:
         """Tokens x (B, H*W, C) -> the convolution (B, H*W, C), plus x when ``residual``."""
-        if in_graph(self.conv) == 'triton':
+        # 'triton' where the running implementation takes mmwf's kernels (choose_kernel), else nn.Conv2d
+        if self.conv == 'triton' and choose_kernel('depthwise_conv', self.conv) == 'triton':
             from .dwconv_triton import per_sample_dwconv_triton
             taps = self.weight.view(self.out_channels, -1).t().unsqueeze(0)  # (1, K*K, C): stride 0 over the batch
             return per_sample_dwconv_triton(x, hw, taps, self.bias, residual)

@@ -6,8 +6,6 @@ normalised per output column, dW / (||dW||_col + 1), as the release does, then y
 """
 from __future__ import annotations
 
-from types import MappingProxyType
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -15,7 +13,7 @@ from torch.nn.init import trunc_normal_
 
 from mmwf.registry import MODELS
 
-from .implementation import check_choice, choice_device_type, in_graph, kernel, records_autograd
+from .implementation import check_choice, choose_kernel, records_autograd, resolved_as
 from .tokens import pool_tokens
 
 
@@ -24,52 +22,15 @@ def product_cost(*dims: int) -> int:
     return sum(dims[0] * m * k for m, k in zip(dims[1:-1], dims[2:]))
 
 
-def product_order(order: str, cost_tokens: int, cost_core: int) -> str:
-    """The order a dynamic linear evaluates its update in, from the multiply-adds of the two (the one cost rule):
-    ``order`` itself unless it is ``'auto'``; for ``'auto'``, the :func:`~.implementation.kernel` of
-    ``'product_order'``: in exported graphs (``'cheaper-static'``) the cheaper order where the token count is static
-    and ``'core'`` where it is symbolic (a graph for every size: the order independent of N after the small core),
-    else the cheaper order (``'tokens'`` on a tie)."""
-    if order == 'auto':
-        order = kernel('product_order')
-    if order == 'cheaper-static':  # symbolic sizes (torch.export's dynamic dims) make the costs symbolic
-        order = 'cheaper' if isinstance(cost_tokens, int) and isinstance(cost_core, int) else 'core'
-    if order == 'cheaper':
-        return 'tokens' if cost_tokens <= cost_core else 'core'
-    return order
-
-
-# a memory-bound pass over the elements of a weight formed per sample, in multiply-adds of the matrix products'
-# throughput, by device type: measured on CPU cores; none on CUDA, where the materialized form was the faster or
-# within 2 % of it in every case timed (H200, fp32, WF-T's first Bilateral update at 224 / batch 64 and at 1024 and
-# 1248 / batch 8, inference and training: docs/cuda_check/h200_first_run); and the passes it takes: its norms and
-# update, and with autograd their backward and the static weight's gradient summed over the batch
-ELEMENT_PASS_COST = MappingProxyType({'cpu': 8, 'cuda': 0})
-ELEMENT_PASSES = {False: 3, True: 12}
-
-
-# the form whose multiply-adds another form's are: the fused kernel computes the factored form's products
-FORM_COSTS = MappingProxyType({'fused': 'factored'})
-
-
 def weight_form(costs: dict[str, dict[str, int]], order: str, weight_elements: int,
                 autograd: bool, form: str = 'auto', device_type: str = 'cpu') -> tuple[str, str]:
-    """(form, order) in which a dynamic linear with a low-rank update applies it: the form is ``form``, or for
-    ``'auto'`` the :func:`~.implementation.kernel` of ``'dynamic_weight'``, and for ``'cheaper'`` the one whose
-    multiply-adds (``costs[form][order]``) are the fewer once the materialized form is charged its passes over the
-    ``weight_elements`` (Cin * Cout) of each sample's weight on ``device_type`` (:data:`ELEMENT_PASS_COST`; the
-    CPU's for another device; ``'factored'`` on a tie); the order is :func:`product_order`'s within that form
-    (``'fused'``, the factored form in one Triton kernel, orders as ``'factored'``)."""
-    form = kernel('dynamic_weight') if form == 'auto' else form
-    forms = ('factored', 'materialized') if form == 'cheaper' else (form,)
-    orders = {f: product_order(order, costs[FORM_COSTS.get(f, f)]['tokens'], costs[FORM_COSTS.get(f, f)]['core'])
-              for f in forms}
-    if form == 'cheaper':
-        factored, materialized = (costs[f][orders[f]] for f in forms)
-        charge = ELEMENT_PASS_COST.get(device_type, ELEMENT_PASS_COST['cpu'])
-        passes = charge * ELEMENT_PASSES[autograd] * weight_elements
-        form = 'factored' if factored <= materialized + passes else 'materialized'
-    return form, orders[form]
+    """(form, order) of a Bilateral update with ``costs`` (:meth:`BilateralDynamicLinear.costs`) on ``device_type``
+    (that device's charge, whatever :func:`~.implementation.resolved_as` says):
+    :func:`~.implementation.choose_kernel`'s ``'dynamic_weight'``, asked without a layer (``mmwf.analysis.kernels``
+    times every form beside the one the rule picks)."""
+    with resolved_as(device_type):
+        return choose_kernel('dynamic_weight', form, torch.device(device_type), autograd, costs=costs, order=order,
+                             weight_elements=weight_elements)
 
 
 def gelu_output(y: torch.Tensor) -> torch.Tensor:
@@ -138,7 +99,7 @@ class DynamicLinear(nn.Module):
         # transposed view), so the column norms and the update run over contiguous memory
         dw_t = dw.transpose(1, 2)
         norm = torch.linalg.vector_norm(dw_t, dim=2, keepdim=True)
-        if (kernel('weight_update') if self.update == 'auto' else self.update) == 'addcdiv':
+        if choose_kernel('weight_update', self.update, x.device) == 'addcdiv':
             weight_t = torch.addcdiv(self.w.t().contiguous(), dw_t, norm + 1)  # (w + dW / (||dW||_col + 1))^T
         else:
             weight_t = self.w.t() + dw_t / (norm + 1)
@@ -184,12 +145,12 @@ def sandwich(left: torch.Tensor, x: torch.Tensor, right: torch.Tensor, scale: fl
 
     ``'tokens'``: (left X^T)(X right), through (N, a) and (N, b) intermediates (cheap for few tokens; the order
     whose FLOPs the paper's Table 2 reports); ``'core'``: left (X^T X) right, through the (C, C) correlation
-    (independent of N after it); ``'auto'``: :func:`product_order`."""
+    (independent of N after it); ``'auto'``: the cheaper (:func:`~.implementation.choose_kernel`)."""
     n, c = x.shape[1], x.shape[2]
     a, b = left.shape[0], right.shape[1]
     cost_tokens = product_cost(n, c, a) + product_cost(n, c, b) + product_cost(b, n, a)
     cost_core = product_cost(c, n, c) + min(product_cost(a, c, c, b), product_cost(b, c, c, a))
-    if product_order(order, cost_tokens, cost_core) == 'tokens':
+    if choose_kernel('product_order', order, x.device, costs=dict(tokens=cost_tokens, core=cost_core)) == 'tokens':
         p = torch.matmul(x, left.t()) * scale  # (B, N, a) = (left X^T)^T
         q = torch.matmul(x, right)  # (B, N, b)
         return torch.matmul(q.transpose(1, 2), p).transpose(1, 2)
@@ -261,9 +222,8 @@ class DeepDynamicLinear(CorrelationDynamicLinear):
         xp, scale = self.tokens(x, hw)
         inner = F.silu(sandwich(self.w2, xp, self.w3, scale, self.order))  # (B, r1, r2)
         (cin, r1), (r2, cout) = self.w1.shape, self.w4.shape
-        outer = self.outer if self.outer != 'auto' else (  # (W1 inner) W4 vs W1 (inner W4)
-            'left' if product_cost(cin, r1, r2, cout) <= product_cost(cout, r2, r1, cin) else 'right')
-        if outer == 'left':
+        costs = dict(left=product_cost(cin, r1, r2, cout), right=product_cost(cout, r2, r1, cin))
+        if choose_kernel('outer_product', self.outer, x.device, costs=costs) == 'left':  # (W1 inner) W4
             return torch.matmul(torch.matmul(self.w1, inner), self.w4)
         return torch.matmul(self.w1, torch.matmul(inner, self.w4))
 
@@ -289,7 +249,7 @@ class BilateralDynamicLinear(DynamicLinear):
         form (str): ``'factored'`` (never a weight per sample), ``'fused'`` (the factored form in one Triton
             kernel: :mod:`.dynamic_linear_triton`; a choice, not yet the rule's: no GPU has timed it; traced and
             exported graphs take their own entry), ``'materialized'`` (the release's weight per sample) or
-            ``'auto'`` (:func:`weight_form`). Defaults to ``'auto'``.
+            ``'auto'`` (:func:`~.implementation.choose_kernel`). Defaults to ``'auto'``.
         update (str): see :class:`DynamicLinear`. Defaults to ``'auto'``.
     """
 
@@ -327,7 +287,7 @@ class BilateralDynamicLinear(DynamicLinear):
     def delta(self, x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         a, b = self.predict(x, hw)
         costs = self.costs(a.shape[1], x.shape[1])['materialized']
-        return self.product(a, b, product_order(self.order, costs['tokens'], costs['core']))
+        return self.product(a, b, choose_kernel('product_order', self.order, x.device, costs=costs))
 
     def product(self, a: torch.Tensor, b: torch.Tensor, order: str) -> torch.Tensor:
         """dW (B, Cin, Cout), as the transposed view of a contiguous dW^T (the column norms then reduce over
@@ -350,13 +310,13 @@ class BilateralDynamicLinear(DynamicLinear):
 
     def forward(self, x: torch.Tensor, hw: tuple[int, int], context: torch.Tensor | None = None,
                 gelu: bool = False) -> torch.Tensor:
-        """As :class:`DynamicLinear`, with the update applied in the :func:`weight_form` and order that cost the
-        least (:meth:`costs`); ``gelu``: GELU of the output (an MLP's first linear, where nothing else reads it)."""
+        """As :class:`DynamicLinear`, with the update applied in the form and order
+        :func:`~.implementation.choose_kernel` picks by :meth:`costs`; ``gelu``: GELU of the output (an MLP's first
+        linear, where nothing else reads it)."""
         a, b = self.predict(x if context is None else context, hw)
-        costs = self.costs(a.shape[1], x.shape[1])
-        form, order = weight_form(costs, self.order, self.in_features * self.out_features,
-                                  records_autograd(x, self.w), in_graph(self.form),
-                                  choice_device_type(x.device))
+        form, order = choose_kernel('dynamic_weight', self.form, x.device, records_autograd(x, self.w),
+                                    costs=self.costs(a.shape[1], x.shape[1]), order=self.order,
+                                    weight_elements=self.in_features * self.out_features)
         if form in ('factored', 'fused'):
             return self.apply_factors(x, *self.factors(a, b, order), fused=form == 'fused', gelu=gelu)
         y = self.apply_update(x, self.product(a, b, order))

@@ -1,13 +1,13 @@
-"""One choice of the layers' kernels: how the forward runs (``implementation()``), the kernels that selects, and
-the dynamic linears' one cost rule."""
+"""One choice of the layers' kernels: how the forward runs (``implementation()``), the kernels that selects, the
+dynamic linears' one cost rule, and the one function every layer asks (``choose_kernel``)."""
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from mmwf.models.layers import BilateralDynamicLinear, LinearDynamicLinear, dynamic_linear, implementation
+from mmwf.models.layers import BilateralDynamicLinear, LinearDynamicLinear, implementation
 from mmwf.models.layers.dynamic_dwconv import adaptive_avg_pool, per_sample_depthwise_conv
-from mmwf.models.layers.dynamic_linear import product_cost, product_order
-from mmwf.models.layers.implementation import KERNELS, evaluation, kernel
+from mmwf.models.layers.dynamic_linear import product_cost
+from mmwf.models.layers.implementation import KERNELS, choose_kernel, evaluation, kernel, recorded_kernels
 
 CASES = [(where, order) for where in KERNELS for order in ('tokens', 'core')]
 
@@ -23,7 +23,7 @@ class Probe(torch.nn.Module):
 
     def forward(self, x):
         n = x.shape[0] if self.sized else 1
-        return x * 0 + CASES.index((implementation(), product_order('auto', n, n + 1)))
+        return x * 0 + CASES.index((implementation(), choose_kernel('product_order', costs=dict(tokens=n, core=n + 1))))
 
 
 @pytest.mark.filterwarnings('ignore:`torch.jit.trace:FutureWarning')
@@ -127,8 +127,10 @@ def test_eager_cuda_pools_by_one_product_over_the_tokens():
 def test_the_cost_rule():
     assert product_cost(2, 3, 4, 5) == 2 * 3 * 4 + 2 * 4 * 5  # ((2 x 3)(3 x 4))(4 x 5)
     assert product_cost(6, 7, 8) == 6 * 7 * 8
-    assert product_order('auto', 5, 5) == 'tokens' and product_order('auto', 6, 5) == 'core'
-    assert product_order('tokens', 9, 1) == 'tokens' and product_order('core', 1, 9) == 'core'
+    def order(choice, tokens, core):
+        return choose_kernel('product_order', choice, costs=dict(tokens=tokens, core=core))
+    assert order('auto', 5, 5) == 'tokens' and order('auto', 6, 5) == 'core'
+    assert order('tokens', 9, 1) == 'tokens' and order('core', 1, 9) == 'core'
 
 
 def bilateral_costs(n):
@@ -144,15 +146,13 @@ def correlation_costs(n):
     return n * (c * a + c * b + a * b), n * c * c + min(a * c * c + a * c * b, c * c * b + a * c * b)
 
 
-def chosen_orders(monkeypatch):
-    """The orders the dynamic linears take, recorded."""
-    chosen = []
-
-    def spy(*args):
-        chosen.append(product_order(*args))
-        return chosen[-1]
-    monkeypatch.setattr(dynamic_linear, 'product_order', spy)
-    return chosen
+def chosen_orders(call):
+    """The orders the dynamic linears take in ``call()``: the one function's answers for ``'product_order'``, and the
+    order within a Bilateral update's form (``'dynamic_weight'``)."""
+    with recorded_kernels() as chosen:
+        call()
+    return [kernel[1] if operation == 'dynamic_weight' else kernel for operation, _, kernel in chosen
+            if operation in ('product_order', 'dynamic_weight')]
 
 
 @pytest.mark.parametrize('make,hw,pooled,costs', [
@@ -160,13 +160,12 @@ def chosen_orders(monkeypatch):
       for hw in [(4, 4), (14, 14), (20, 22), (40, 40)]],
     *[(lambda: LinearDynamicLinear(768, 192, pool=False), hw, False, correlation_costs) for hw in [(20, 30), (30, 30)]],
 ])
-def test_auto_order_is_the_cheaper_by_the_counted_costs(monkeypatch, make, hw, pooled, costs):
+def test_auto_order_is_the_cheaper_by_the_counted_costs(make, hw, pooled, costs):
     """The order a layer takes with order='auto' when it forms a weight per sample, against its costs written out
     (the grids cover both sides of each crossing)."""
-    chosen = chosen_orders(monkeypatch)
     layer = make()
     with torch.no_grad(), evaluation(layer, form='materialized'):
-        layer(torch.randn(1, hw[0] * hw[1], layer.in_features), hw)
+        chosen = chosen_orders(lambda: layer(torch.randn(1, hw[0] * hw[1], layer.in_features), hw))
     tokens, core = costs((hw[0] // 2) * (hw[1] // 2) if pooled else hw[0] * hw[1])
     assert chosen == ['tokens' if tokens <= core else 'core']
 
@@ -181,10 +180,10 @@ def bilateral_factored_costs(n, big_n):
 
 
 @pytest.mark.parametrize('hw', [(4, 4), (14, 14), (16, 16), (20, 22)])
-def test_factored_order_is_the_cheaper_by_the_counted_costs(monkeypatch, hw):
-    chosen = chosen_orders(monkeypatch)
+def test_factored_order_is_the_cheaper_by_the_counted_costs(hw):
     with torch.no_grad():
-        BilateralDynamicLinear(192, 768, form='factored')(torch.randn(1, hw[0] * hw[1], 192), hw)
+        layer = BilateralDynamicLinear(192, 768, form='factored')
+        chosen = chosen_orders(lambda: layer(torch.randn(1, hw[0] * hw[1], 192), hw))
     tokens, core = bilateral_factored_costs((hw[0] // 2) * (hw[1] // 2), hw[0] * hw[1])
     assert chosen == ['tokens' if tokens <= core else 'core']
 
@@ -223,3 +222,156 @@ def test_choices_are_held_by_the_layers_and_set_for_a_scope():
     with pytest.raises(ValueError, match="'speed' is not a layer choice"):
         with evaluation(model, speed='fast'):
             pass
+
+
+def rule_module():
+    """The module of the one rule (``mmwf.models.layers.implementation``; the package's name of it is the function
+    ``implementation``)."""
+    import sys
+    return sys.modules[choose_kernel.__module__]
+
+
+@pytest.mark.parametrize('where,conv,form', [('eager', 'triton', ('fused', 'tokens')),
+                                             ('compiled', 'triton', ('fused', 'tokens')),
+                                             ('traced', 'grouped', ('materialized', 'core')),
+                                             ('traced-onnx', 'taps', ('materialized', 'core')),
+                                             ('exported', 'grouped', ('materialized', 'core'))])
+def test_triton_choices_give_way_to_the_table_in_graphs(monkeypatch, where, conv, form):
+    """A layer's 'triton' and 'fused' hold in eager and compiled code; traced and exported graphs take their entry
+    (the exported conv grouped for a static batch); a fused update orders by the factored form's costs, a formed
+    weight by its own; other explicit choices are kept everywhere."""
+    monkeypatch.setattr(rule_module(), 'implementation', lambda: where)
+    cpu = torch.device('cpu')
+    assert choose_kernel('depthwise_conv', 'triton', cpu, batch=2) == conv
+    costs = dict(factored=dict(tokens=1, core=2), materialized=dict(tokens=5, core=3))
+    assert choose_kernel('dynamic_weight', 'fused', cpu, costs=costs) == form
+    assert choose_kernel('depthwise_conv', 'loop', cpu, autograd=True, batch=2) == 'loop'
+    assert choose_kernel('dynamic_weight', 'factored', cpu, costs=costs, order='core') == ('factored', 'core')
+
+
+def test_a_formed_weight_is_charged_its_passes_by_the_device():
+    """WF-T's first Bilateral update at 224 (49 pooled of 196 tokens): forming the weight is charged 8 multiply-adds
+    per element and pass on the CPU (3 passes, 12 with autograd) and nothing on CUDA, also when a CPU run counts for
+    CUDA (``resolved_as``); each form in its cheaper order."""
+    from mmwf.models.layers.implementation import resolved_as
+    costs = BilateralDynamicLinear(192, 768).costs(49, 196)
+    factored, materialized = min(bilateral_factored_costs(49, 196)), min(bilateral_costs(49))
+    orders = {'factored': 'tokens' if bilateral_factored_costs(49, 196)[0] <= bilateral_factored_costs(49, 196)[1]
+              else 'core', 'materialized': 'tokens' if bilateral_costs(49)[0] <= bilateral_costs(49)[1] else 'core'}
+    forms = set()
+    for device, charge in (('cpu', 8), ('cuda', 0)):
+        for autograd, passes in ((False, 3), (True, 12)):
+            form = 'factored' if factored <= materialized + charge * passes * 192 * 768 else 'materialized'
+            chosen = choose_kernel('dynamic_weight', 'auto', torch.device(device), autograd, costs=costs,
+                                   weight_elements=192 * 768)
+            assert chosen == (form, orders[form]), (device, autograd)
+            with resolved_as(device):
+                assert choose_kernel('dynamic_weight', 'auto', torch.device('cpu'), autograd, costs=costs,
+                                     weight_elements=192 * 768) == chosen
+            forms.add(form)
+    assert forms == {'factored', 'materialized'}  # the charge decides here
+
+
+def test_the_outer_product_of_deep_is_the_cheaper():
+    """Deep (eq. 7), Cin -> Cout with r1 = Cin / 4, r2 = Cout / 4: (W1 inner) W4 costs Cin r1 r2 + Cin r2 Cout,
+    W1 (inner W4) costs Cout r2 r1 + Cout r1 Cin; the left one on a tie, an explicit choice kept."""
+    from mmwf.models.layers import DeepDynamicLinear
+    assert choose_kernel('outer_product', costs=dict(left=3, right=3)) == 'left'
+    assert choose_kernel('outer_product', costs=dict(left=4, right=3)) == 'right'
+    assert choose_kernel('outer_product', 'left', costs=dict(left=4, right=3)) == 'left'
+    for cin, cout in ((192, 768), (768, 192)):
+        r1, r2 = cin // 4, cout // 4
+        left, right = cin * r1 * r2 + cin * r2 * cout, cout * r2 * r1 + cout * r1 * cin
+        layer = DeepDynamicLinear(cin, cout)
+        with torch.no_grad(), recorded_kernels() as chosen:
+            layer(torch.randn(1, 16, cin), (4, 4))
+        assert [k for op, _, k in chosen if op == 'outer_product'] == ['left' if left <= right else 'right']
+
+
+def layer_cases():
+    """(layer, the operations it asks the one function for with its choices as constructed) for every layer that
+    chooses (the dynamic layers, a static conv set to the Triton kernel, TTT's conv head): a predictor without
+    adaptive pooling (GAP) asks no pooling; a formed weight asks how it adds its update; a Bilateral update asks its
+    form and order together."""
+    from mmwf.models.layers import (
+        AdaptiveDynamicDWConv,
+        AmpDirDynamicDWConv,
+        ConvDynamicDWConv,
+        DeepDynamicLinear,
+        GAPDynamicDWConv,
+        GAPDynamicLinear,
+        NonlinearDynamicLinear,
+        StaticDWConv,
+        TTTAttention,
+    )
+    return {
+        'GAP linear': (GAPDynamicLinear(8, 16, update='div-add'), {('weight_update', 'div-add')}),
+        'Linear': (LinearDynamicLinear(8, 16, order='core'), {('product_order', 'core'), ('weight_update', 'auto')}),
+        'Nonlinear': (NonlinearDynamicLinear(8, 16), {('product_order', 'auto'), ('weight_update', 'auto')}),
+        'Deep': (DeepDynamicLinear(8, 16, outer='right'),
+                 {('product_order', 'auto'), ('outer_product', 'right'), ('weight_update', 'auto')}),
+        'Bilateral, materialized': (BilateralDynamicLinear(8, 16, order='tokens', form='materialized'),
+                                    {('dynamic_weight', ('materialized', 'tokens')), ('weight_update', 'auto')}),
+        'Bilateral, factored': (BilateralDynamicLinear(8, 16, form='factored'),
+                                {('dynamic_weight', ('factored', 'auto'))}),
+        'GAP DWConv': (GAPDynamicDWConv(8, conv='taps'), {('depthwise_conv', 'taps')}),
+        'Adaptive DWConv': (AdaptiveDynamicDWConv(8, pool='matrices'),
+                            {('adaptive_pool', 'matrices'), ('depthwise_conv', 'auto')}),
+        'AmpDir DWConv': (AmpDirDynamicDWConv(8), {('adaptive_pool', 'auto'), ('depthwise_conv', 'auto')}),
+        'Conv DWConv': (ConvDynamicDWConv(8, conv='shift'), {('adaptive_pool', 'auto'), ('depthwise_conv', 'shift')}),
+        'Static DWConv, triton': (StaticDWConv(8, conv='triton'), {('depthwise_conv', 'triton')}),
+        'TTT attention': (TTTAttention(8, 2, conv='taps'), {('depthwise_conv', 'taps')}),
+    }
+
+
+@pytest.mark.parametrize('name', list(layer_cases()))
+def test_every_layer_asks_the_one_function_with_its_own_choices(name):
+    layer, asked = layer_cases()[name]
+    with recorded_kernels() as chosen:
+        layer(torch.randn(2, 6 * 5, 8), (6, 5))
+    assert {(operation, choice) for operation, choice, _ in chosen} == asked
+
+
+def test_recording_is_scoped_and_nests():
+    with recorded_kernels() as outer:
+        choose_kernel('weight_update')
+        with recorded_kernels() as inner:
+            choose_kernel('product_order', 'core', costs=dict(tokens=1, core=2))
+        choose_kernel('outer_product', costs=dict(left=2, right=1))
+    choose_kernel('weight_update')  # outside: not recorded
+    assert inner == [('product_order', 'core', 'core')]
+    assert outer == [('weight_update', 'auto', 'addcdiv'), ('outer_product', 'auto', 'right')]
+
+
+def test_the_kernel_table_renders_each_implementation_device_and_autograd():
+    """The markdown of docs/kernel_choice.md: eager splits by the device types its entries name (the CPU's conv by
+    autograd), every other implementation is one row; cells read as the table's entries."""
+    from mmwf.models.layers.implementation import kernel_table
+    lines = kernel_table().splitlines()
+    header = [c.strip() for c in lines[0].strip('|').split('|')]
+    assert header[:4] == ['implementation', 'device', 'autograd', '`depthwise_conv` (`conv`)']
+    rows = {tuple(c.strip() for c in line.strip('|').split('|')[:3]): [c.strip(' `') for c in line.strip(
+        '|').split('|')[3:]] for line in lines[2:]}
+    assert list(rows) == [('`eager`', '`cpu`', 'no'), ('`eager`', '`cpu`', 'yes'), ('`eager`', '`cuda`', 'either'),
+                          ('`eager`', 'any other', 'either'), ('`traced`', 'any', 'either'),
+                          ('`traced-onnx`', 'any', 'either'), ('`compiled`', 'any', 'either'),
+                          ('`exported`', 'any', 'either')]
+    assert rows['`eager`', '`cpu`', 'no'] == ['loop', 'native', 'cheaper', 'cheaper', 'addcdiv', 'cheaper']
+    assert rows['`eager`', '`cpu`', 'yes'][0] == 'grouped' and rows['`eager`', '`cuda`', 'either'][1] == 'tokens'
+    assert rows['`traced-onnx`', 'any', 'either'] == ['taps', 'matrices', 'cheaper', 'materialized', 'div-add',
+                                                      'cheaper']
+    assert rows['`exported`', 'any', 'either'][:3] == ['grouped-static', 'matrices', 'cheaper-static']
+
+
+def test_a_block_fuses_across_its_modules_only_where_no_hook_watches():
+    """A block's call fuses across its modules (the conv's shortcut, GELU in a kernel) without forward hooks, and
+    overwrites fresh outputs only where autograd records nothing too."""
+    from mmwf.models.backbones import WeightFormer
+    from mmwf.models.layers.implementation import BlockFusion
+    block = WeightFormer(dict(embed_dims=16, depth=2, mlp_ratio=2), dynamic_blocks=[1]).blocks[1]
+    assert BlockFusion.of(block) == BlockFusion(across=True, inplace=False)
+    with torch.no_grad():
+        assert BlockFusion.of(block) == BlockFusion(across=True, inplace=True)
+        handle = block.linear2.register_forward_hook(lambda *args: None)
+        assert BlockFusion.of(block) == BlockFusion(across=False, inplace=False)
+        handle.remove()
