@@ -47,10 +47,27 @@ class Case:
         evaluations (dict[str, Callable]): name -> a call computing it that way.
         rule (str): the evaluation the kernel table / cost rule takes for this shape, device and mode.
         bytes (int): the operation's inputs and outputs, each moved once (:func:`io_bytes`).
+        entry (str): the operation's name in the kernel table (``KERNELS``): what a proposal from these timings sets.
     """
 
-    def __init__(self, operation: str, evaluations: dict[str, Callable[[], object]], rule: str, bytes: int) -> None:
+    def __init__(self, operation: str, evaluations: dict[str, Callable[[], object]], rule: str, bytes: int,
+                 entry: str) -> None:
         self.operation, self.evaluations, self.rule, self.bytes = operation, evaluations, rule, bytes
+        self.entry = entry
+
+
+def proposed_entries(wins: dict[tuple[str, str], list[str]], device_type: str) -> dict[str, tuple[str, int, int]]:
+    """The kernel table's entries timings propose for ``device_type``: for each (table entry, mode), the evaluation
+    fastest in the most cases (the first on a tie), keyed as the table keys it (``depthwise_conv_cuda``; training:
+    ``..._autograd``), with the cases it won and the cases timed. A dynamic weight's evaluation is its form (the
+    order stays the cost rule's). ``wins``: (entry, mode) -> the fastest evaluation of each case."""
+    proposal = {}
+    for (entry, mode), fastest in wins.items():
+        names = [name.split(' / ')[0] if entry == 'dynamic_weight' else name for name in fastest]
+        best = max(dict.fromkeys(names), key=names.count)
+        key = f'{entry}_{device_type}' + ('_autograd' if mode == 'training' else '')
+        proposal[key] = (best, names.count(best), len(names))
+    return proposal
 
 
 def io_bytes(inputs: list[torch.Tensor], outputs: list[torch.Tensor], training: bool) -> int:
@@ -105,7 +122,8 @@ def kernel_cases(arch: str, size: int, batch: int, device: str, mode: str) -> li
             for impl in impls}
     taps = weight.flatten(1)
     cases = [Case(f'per-sample depthwise conv {dwc.kernel_size}x{dwc.kernel_size}, C={dwc.dim}', conv,
-                  kernel('depthwise_conv', device_type, training), io_bytes([tokens, taps], [tokens], training))]
+                  kernel('depthwise_conv', device_type, training), io_bytes([tokens, taps], [tokens], training),
+                  'depthwise_conv')]
     k = dwc.kernel_size
     pool = {'native': timed(lambda: F.adaptive_avg_pool2d(x, k), [tokens] if training else [], training),
             'matrices': timed(lambda: pooling_matrices(x, k), [tokens] if training else [], training),
@@ -113,7 +131,7 @@ def kernel_cases(arch: str, size: int, batch: int, device: str, mode: str) -> li
     with torch.set_grad_enabled(training):
         pool_rule = adaptive_pool_kernel(x)
     cases.append(Case(f'adaptive pooling to {k}x{k}', pool, pool_rule,
-                      io_bytes([tokens], [taps], training)))
+                      io_bytes([tokens], [taps], training), 'adaptive_pool'))
     a, b = linear.predict(tokens, hw)
     a, b = a.detach().requires_grad_(training), b.detach().requires_grad_(training)
     leaves = [tokens, a, b] if training else []
@@ -133,5 +151,5 @@ def kernel_cases(arch: str, size: int, batch: int, device: str, mode: str) -> li
                               device_type.type)
     out = tokens.new_empty(*tokens.shape[:2], linear.out_features)
     cases.append(Case(f'Bilateral update, {linear.in_features}->{linear.out_features}', update, f'{form} / {order}',
-                      io_bytes([tokens, a, b, linear.w], [out], training)))
+                      io_bytes([tokens, a, b, linear.w], [out], training), 'dynamic_weight'))
     return cases

@@ -64,6 +64,15 @@ def check_the_tables_are_the_tools_own(report: dict) -> None:
         assert row['rule picks'] in row['ms by evaluation'] and row['fastest'] in row['ms by evaluation']
     conv = next(r for r in rows if r['operation'].startswith('per-sample') and r['mode'] == 'inference')
     assert conv['rule picks'] == 'loop'  # the CPU's eager inference entry of the kernel table
+    # the proposal beside it: each entry the fastest evaluation timed for it, and the table's value today
+    proposal = steps['kernels']['tables'][1]
+    assert proposal['title'].startswith('KERNELS entries this cpu device would choose')
+    entries = {row[0]: dict(zip(proposal['columns'], row)) for row in proposal['rows']}
+    assert set(entries) == {f'{op}_cpu{mode}' for op in ('depthwise_conv', 'adaptive_pool', 'dynamic_weight')
+                            for mode in ('', '_autograd')}
+    fastest = {(r['operation'].split()[0], r['mode']): r['fastest'] for r in rows}
+    assert entries['depthwise_conv_cpu']['proposed'] == fastest['per-sample', 'inference']
+    assert entries['depthwise_conv_cpu']['the table today'] == 'loop'
     claims = {c['claim']: c for c in report['paper']}
     assert claims['WF-T / DeiT-T throughput at 224']['paper'] == pytest.approx(3515 / 3661)
     assert claims['WF-T / DeiT-T throughput at 1248']['paper'] == 7.7

@@ -13,9 +13,12 @@ from .inference_benchmark import parse_batches
 
 
 def bench_kernels(names: list[str], sizes: list[int], batches: dict[int, int], rounds: int, device: str) -> None:
-    """One markdown table: per model, size and mode, each operation's evaluations (median ms of ``rounds``
-    interleaved rounds), the rule's pick, the fastest, and the rule's time over the fastest."""
-    from mmwf.analysis.kernels import MODES, copy_bandwidth, kernel_cases
+    """Two markdown tables: per model, size and mode, each operation's evaluations (median ms of ``rounds``
+    interleaved rounds), the rule's pick, the fastest, and the rule's time over the fastest; then the kernel table's
+    entries these timings propose for this device (:func:`~mmwf.analysis.kernels.proposed_entries`), beside what the
+    table says today. A proposal: the table changes only by hand, after a look at both."""
+    from mmwf.analysis.kernels import MODES, copy_bandwidth, kernel_cases, proposed_entries
+    from mmwf.models.layers.implementation import KERNELS
     archs = {name: name.removeprefix('weightformer_') for name in names}
     if any(arch not in ('t', 's', 'b') for arch in archs.values()):
         raise SystemExit('kernels times WeightFormer\'s dynamic layers: give weightformer_t, weightformer_s or '
@@ -27,6 +30,7 @@ def bench_kernels(names: list[str], sizes: list[int], batches: dict[int, int], r
     print('| model | input | batch | mode | operation | ms by evaluation | rule picks | fastest | rule / fastest '
           '| memory time ms | fastest / memory time |')
     print('|---|---|---|---|---|---|---|---|---|---|---|')
+    wins: dict[tuple[str, str], list[str]] = {}
     for name, arch in archs.items():
         for size in sizes:
             batch = batches.get(size, 1)
@@ -35,11 +39,21 @@ def bench_kernels(names: list[str], sizes: list[int], batches: dict[int, int], r
                     times = interleaved_times(list(case.evaluations.values()), rounds, device)
                     ms = {n: statistics.median(t) * 1e3 for n, t in zip(case.evaluations, times)}
                     fastest = min(ms, key=ms.get)
+                    wins.setdefault((case.entry, mode), []).append(fastest)
                     cells = ', '.join(f'{n} {t:.3f}' for n, t in ms.items())
                     memory_ms = case.bytes / bandwidth * 1e3
                     print(f'| {name} | {size} | {batch} | {mode} | {case.operation} | {cells} | {case.rule} | '
                           f'{fastest} | {ms[case.rule] / ms[fastest]:.2f}x | {memory_ms:.4f} | '
                           f'{ms[fastest] / memory_ms:.1f}x |', flush=True)
+    device_type = torch.device(device).type
+    print(f'\nKERNELS entries this {device_type} device would choose for the eager implementation (a proposal)')
+    print('| entry | proposed | cases won | the table today |')
+    print('|---|---|---|---|')
+    table = KERNELS['eager']
+    for key, (best, won, timed) in proposed_entries(wins, device_type).items():
+        operation = key.split(f'_{device_type}')[0]
+        today = table.get(key, table.get(key.removesuffix('_autograd'), table.get(operation, '-')))
+        print(f'| {key} | {best} | {won} of {timed} | {today} |')
 
 
 def add_arguments(parser) -> None:
