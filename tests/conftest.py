@@ -5,6 +5,8 @@ import pytest
 import torch
 from mmengine.config import Config
 
+from tests.budget import budget_problem, file_limit_s, whole_suite
+
 # two pytest-xdist workers on two cores: one torch thread each, and so for the tools the tests start (they inherit
 # OMP_NUM_THREADS); a single process: every core
 if os.environ.get('PYTEST_XDIST_WORKER'):
@@ -37,6 +39,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker('xdist_group') is None:
             item.add_marker(pytest.mark.xdist_group(str(item.path.relative_to(config.rootpath))))
     items.sort(key=lambda item: item.path not in slow_files)
+
+
+_file_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split('::')[0]
+    _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """Where a whole run's time went: the longest files' seconds (setup, call and teardown, summed over both
+    workers), each with its limit (docs/testing.md keeps this table for a measured run)."""
+    if hasattr(config, 'workerinput') or not _file_seconds:
+        return
+    total = sum(_file_seconds.values())
+    terminalreporter.write_sep('-', f'seconds by file: {total:.0f} s of worker time in all')
+    for path, seconds in sorted(_file_seconds.items(), key=lambda kv: -kv[1])[:15]:
+        terminalreporter.write_line(f'{seconds:7.1f} s  {seconds / total:5.1%}  limit {file_limit_s(path):4.0f} s  '
+                                    f'{path}')
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A whole run (``make test``; :func:`tests.budget.whole_suite`) fails when a file took more than its share of
+    the budget (:func:`tests.budget.files_over_share`), naming the files."""
+    config = session.config
+    if hasattr(config, 'workerinput') or not whole_suite(config.args_source == pytest.Config.ArgsSource.TESTPATHS,
+                                                         config.option.keyword, config.option.markexpr):
+        return
+    problem = budget_problem(_file_seconds)
+    if problem:
+        config.pluginmanager.get_plugin('terminalreporter').write_line(problem, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope='session')
