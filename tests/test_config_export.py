@@ -10,6 +10,7 @@ import pytest
 from mmengine.config import Config
 
 from mmwf.configs import CONFIG_ROOT, config_file, config_files, export_config
+from tests.tool_runner import run_python, run_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,10 +41,9 @@ def test_unknown_name_and_file_dest_are_refused(tmp_path):
 
 @pytest.mark.slow
 def test_command_line_lists_and_exports(tmp_path):
-    listed = subprocess.run([sys.executable, '-m', 'mmwf.configs', '--list'], cwd=tmp_path, capture_output=True,
-                            text=True, check=True).stdout.split()
+    listed = run_tool('-m', 'mmwf.configs', '--list', cwd=tmp_path).stdout.split()
     assert {'cascade_wf_t_coco', 'upernet_wf_t_ade20k_whole', 'deit_b_ttt_in1k'} <= set(listed)
-    bad = subprocess.run([sys.executable, '-m', 'mmwf.configs', 'nope'], cwd=tmp_path, capture_output=True, text=True)
+    bad = run_tool('-m', 'mmwf.configs', 'nope', cwd=tmp_path, ok=False)
     assert bad.returncode == 1 and 'no mmwf config named' in bad.stderr
 
 
@@ -82,7 +82,7 @@ def test_the_guides_own_class_configs_train_validate_and_test(config, demo_data,
     env = dict(os.environ, OMP_NUM_THREADS='1')
 
     def run(*args):
-        res = subprocess.run([sys.executable, *args], cwd=project, capture_output=True, text=True, env=env)
+        res = run_python(args, cwd=project, env=env)  # mmdet's, mmseg's, mmpretrain's tools: a fresh interpreter
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
         return res.stdout + res.stderr
 

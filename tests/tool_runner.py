@@ -1,17 +1,131 @@
-"""A tool of the repository run in a fresh interpreter, as a user runs it, for the tests."""
+"""A tool of the repository run as a user runs it (``python TOOL ARGS``), for the tests.
+
+Each run is a process of its own with the run's folder, environment and arguments. A tool of ``tools/`` or a module
+of mmwf (``-m mmwf...``) is forked from this test process's fork server (tests/tool_server.py), which has already
+imported mmwf: the import every such tool starts with (about 4 s on 2 cores) is paid once per test process, not
+once per run. Every other run takes a fresh interpreter: code given with ``-c`` (it may test what an import does),
+other programs (mmdet's tools, a user's project), interpreter options, an environment that differs from the
+server's in a variable not in :data:`RUNTIME_ONLY` (torch, Triton and mmwf read some at import), or
+``MMWF_TOOLS_FORK=0``.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# variables read only when a tool runs, never while mmwf is imported: a run may set them and still be forked
+RUNTIME_ONLY = frozenset({'PYTEST_CURRENT_TEST', 'PYTHON', 'MASTER_ADDR', 'MASTER_PORT', 'PORT', 'RANK', 'LOCAL_RANK',
+                          'WORLD_SIZE'})
+
+
+class ForkServer:
+    """This process's fork server (tests/tool_server.py), started at its first use with this process's
+    environment, ended with the process."""
+
+    def __init__(self) -> None:
+        self.env = dict(os.environ)
+        self.proc = subprocess.Popen([sys.executable, '-c', 'from tests.tool_server import serve; serve()'],
+                                     cwd=ROOT, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, bufsize=0)
+        self.pending = b''
+        hello = self.answer(None)
+        self.refused = 'the server exited' if hello is None else hello.get('refused')
+        self.refused = hello.get('refused')
+        atexit.register(self.close)
+
+    def answer(self, timeout: float | None) -> dict | None:
+        """The server's next line, or None when none came within ``timeout`` seconds or it exited."""
+        while b'\n' not in self.pending:
+            if not select.select([self.proc.stdout], [], [], timeout)[0]:
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:
+                return None
+            self.pending += chunk
+        line, self.pending = self.pending.split(b'\n', 1)
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+
+    def serves(self, env: dict[str, str]) -> bool:
+        """Whether a run with ``env`` sees the process a fresh interpreter would give it."""
+        return not self.refused and self.proc.poll() is None and same_start(env, self.env)
+
+    def run(self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float | None) \
+            -> subprocess.CompletedProcess:
+        with tempfile.TemporaryDirectory() as tmp:
+            out, err = Path(tmp, 'stdout'), Path(tmp, 'stderr')
+            request = dict(argv=argv, cwd=str(cwd), env=env, stdout=str(out), stderr=str(err))
+            self.proc.stdin.write((json.dumps(request) + '\n').encode())
+            started = self.answer(None)
+            if started is None:
+                raise RuntimeError(f'the tools\' fork server (tests/tool_server.py) exited: {self.proc.poll()}')
+            pid = started['pid']
+            done = self.answer(timeout)
+            if done is None:
+                os.kill(pid, signal.SIGKILL)
+                self.answer(None)
+                raise subprocess.TimeoutExpired([sys.executable, *argv], timeout, out.read_text(), err.read_text())
+            code = done['returncode']
+            return subprocess.CompletedProcess([sys.executable, *argv], code, out.read_text(errors='replace'),
+                                               err.read_text(errors='replace'))
+
+
+def same_start(env: dict[str, str], other: dict[str, str]) -> bool:
+    """Whether two environments differ only in :data:`RUNTIME_ONLY`."""
+    return all(env.get(k) == other.get(k) for k in env.keys() | other.keys() if k not in RUNTIME_ONLY)
+
+
+def ours(argv: list[str], cwd: Path) -> bool:
+    """Whether ``python ARGV`` from ``cwd`` runs a tool of ``tools/`` or a module of mmwf: each imports mmwf
+    first."""
+    if argv[0] == '-m':
+        return argv[1] == 'mmwf' or argv[1].startswith('mmwf.')
+    script = (cwd / argv[0]).resolve()
+    return script.suffix == '.py' and script.is_relative_to(ROOT / 'tools')
+
+
+_server: ForkServer | None = None
+
+
+def run_python(argv: list[object], cwd: Path = ROOT, env: dict | None = None, timeout: float | None = None,
+               fork: bool | None = None) -> subprocess.CompletedProcess:
+    """``python ARGV`` from ``cwd`` with ``env`` (default: this process's), output captured as text, as
+    ``subprocess.run`` returns it: forked from this process's fork server where that is the same run, else a fresh
+    interpreter (the module's docstring). ``fork``: True forks any run the server can make (tests of the server),
+    False never forks."""
+    global _server
+    argv, cwd, env = [str(a) for a in argv], Path(cwd), dict(os.environ if env is None else env)
+    if fork is None:
+        fork = ours(argv, cwd) and os.environ.get('MMWF_TOOLS_FORK') != '0'
+    if fork and (argv[0] in ('-c', '-m') or not argv[0].startswith('-')):
+        if _server is None or not _server.refused and not same_start(_server.env, dict(os.environ)):
+            if _server is not None:  # this process's environment changed since (a library set a variable)
+                _server.close()
+            _server = ForkServer()
+        if _server.serves(env):
+            return _server.run(argv, cwd, env, timeout)
+    return subprocess.run([sys.executable, *argv], cwd=cwd, capture_output=True, text=True, env=env,
+                          timeout=timeout)
 
 
 def run_tool(*args: object, cwd: Path = ROOT, env: dict | None = None, ok: bool | None = True,
              timeout: float | None = None) -> subprocess.CompletedProcess:
-    """``python ARGS`` from ``cwd`` (the repository), output captured as text. ``ok=True``: a non-zero exit fails the
-    test with the tail of the output; ``ok=False``: so does a zero exit (the tool must refuse); None: either."""
-    res = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True, env=env,
-                         timeout=timeout)
+    """``python ARGS`` from ``cwd`` (the repository), output captured as text (:func:`run_python`). ``ok=True``: a
+    non-zero exit fails the test with the tail of the output; ``ok=False``: so does a zero exit (the tool must
+    refuse); None: either."""
+    res = run_python(list(args), cwd=cwd, env=env, timeout=timeout)
     if ok is not None:
         assert (res.returncode == 0) == ok, res.stdout[-2000:] + res.stderr[-3000:]
     return res

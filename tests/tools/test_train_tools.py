@@ -13,6 +13,7 @@ from mmengine.config import Config
 from mmwf.datasets import check_dataset_paths
 from mmwf.models.backbones import WeightFormer
 from tests.engine.two_ranks import run_launch
+from tests.tool_runner import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,14 +37,14 @@ def test_missing_weights_say_where_to_get_them(tmp_path):
 
 
 def run(cmd, **kwargs):
-    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHON=sys.executable)
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, **kwargs)
+    """``python CMD`` (:func:`tests.tool_runner.run_python`)."""
+    return run_python(cmd, env=dict(os.environ, OMP_NUM_THREADS='1', PYTHON=sys.executable), **kwargs)
 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group('demo-end-to-end')  # only the session's demo data is shared: a worker of its own
 def test_demo_end_to_end_short_schedule(demo_data, tmp_path):
-    common = [sys.executable, 'tools/demo.py', '--data-root', str(demo_data), '--work-dir', str(tmp_path),
+    common = ['tools/demo.py', '--data-root', str(demo_data), '--work-dir', str(tmp_path),
               '--max-iters', '3']
     # after 3 iterations every score is tiny: keep all detections so that COCO AP is computed (20 an image: a random
     # detector's 100 cost the CPU a second an image in the mask head)
@@ -98,7 +99,7 @@ def test_two_process_gloo_training(demo_data, tmp_path):
     # the checkpoint of two scaled processes does not resume on one, with the flag or without: its schedule, lr and
     # iteration were derived for two; the refusal names both settings and the fix, before any iteration
     for flag in (['--auto-scale-lr'], []):
-        one = run([sys.executable, 'tools/train.py', 'configs/demo/upernet_wf_t_demo.py', '--work-dir', str(work),
+        one = run(['tools/train.py', 'configs/demo/upernet_wf_t_demo.py', '--work-dir', str(work),
                    '--resume', *flag, '--cfg-options', 'train_cfg.max_iters=4', 'train_cfg.val_interval=4',
                    f'train_dataloader.dataset.data_root={root}', f'val_dataloader.dataset.data_root={root}',
                    'train_dataloader.batch_size=2', 'auto_scale_lr.base_batch_size=2'], timeout=600)
@@ -113,7 +114,7 @@ def test_two_process_gloo_training(demo_data, tmp_path):
 @pytest.mark.slow
 def test_distillation_demo_loss_falls(demo_data, tmp_path):
     """DeiT-T ReLU student, Copy-initialised from the demo's softmax DeiT-T and distilled from it in UperNet."""
-    res = run([sys.executable, 'tools/demo.py', '--tasks', 'distill-seg', '--data-root', str(demo_data),
+    res = run(['tools/demo.py', '--tasks', 'distill-seg', '--data-root', str(demo_data),
                '--work-dir', str(tmp_path), '--max-iters', '20', '--cfg-options', 'default_hooks.logger.interval=5',
                'train_dataloader.batch_size=2'])
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -144,14 +145,14 @@ def test_killed_training_resumes_from_its_last_checkpoint(demo_data, tmp_path):
     import signal
     import time
     root = demo_data / 'ade'
-    cmd = [sys.executable, 'tools/train.py', 'configs/demo/upernet_wf_t_demo.py', '--cfg-options',
+    cmd = ['tools/train.py', 'configs/demo/upernet_wf_t_demo.py', '--cfg-options',
            'train_cfg.max_iters=6', 'train_cfg.val_interval=6', 'default_hooks.checkpoint.interval=2',
            'default_hooks.logger.interval=1', f'train_dataloader.dataset.data_root={root}',
            f'val_dataloader.dataset.data_root={root}', 'train_dataloader.batch_size=2']
     work = tmp_path / 'killed'
     env = dict(os.environ, OMP_NUM_THREADS='1')
-    proc = subprocess.Popen(cmd + ['--work-dir', str(work)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, *cmd, '--work-dir', str(work)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     def written() -> bool:  # mmengine opens last_checkpoint, then writes the path into it
         return (work / 'last_checkpoint').exists() and bool((work / 'last_checkpoint').read_text().strip())
@@ -189,7 +190,7 @@ def test_killed_training_resumes_from_its_last_checkpoint(demo_data, tmp_path):
 def test_generation_demo_short_schedule(demo_data, tmp_path):
     """tools/demo.py --tasks gen: WF-DiT and DiT trained by tools/train.py in pixel space, sampled (EMA weights) and
     measured with the demo's classifier; a picture of the samples."""
-    res = run([sys.executable, 'tools/demo.py', '--tasks', 'gen', '--data-root', str(demo_data), '--work-dir',
+    res = run(['tools/demo.py', '--tasks', 'gen', '--data-root', str(demo_data), '--work-dir',
                str(tmp_path), '--max-iters', '3', '--samples-per-class', '3', '--cfg-options',
                'model.sampling_steps=4', 'train_dataloader.batch_size=4'])
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -206,7 +207,7 @@ def test_generation_demo_short_schedule(demo_data, tmp_path):
 def test_classification_demos_short_schedule(demo_data, tmp_path):
     """tools/demo.py --tasks cls distill-cls: WeightFormer-T and a distilled DeiT-T ReLU student on the ImageNet-style
     folder, trained and tested by tools/train.py / tools/test.py through mmpretrain."""
-    res = run([sys.executable, 'tools/demo.py', '--tasks', 'cls', 'distill-cls', '--data-root', str(demo_data),
+    res = run(['tools/demo.py', '--tasks', 'cls', 'distill-cls', '--data-root', str(demo_data),
                '--work-dir', str(tmp_path), '--max-iters', '4', '--cfg-options', 'default_hooks.logger.interval=1',
                'train_dataloader.batch_size=4'])
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -224,7 +225,7 @@ def test_test_tool_refuses_a_checkpoint_of_another_model(demo_data, tmp_path):
     cfg = Config.fromfile(str(ROOT / 'configs/demo/upernet_wf_t_demo.py'))
     init_default_scope(cfg.default_scope)
     torch.save({'state_dict': MODELS.build(cfg.model).state_dict(), 'meta': {}}, tmp_path / 'seg.pth')
-    res = run([sys.executable, 'tools/test.py', 'configs/demo/weightformer_t_cls_demo.py', str(tmp_path / 'seg.pth'),
+    res = run(['tools/test.py', 'configs/demo/weightformer_t_cls_demo.py', str(tmp_path / 'seg.pth'),
                '--work-dir', str(tmp_path / 'work'), '--cfg-options',
                f'test_dataloader.dataset.data_root={demo_data / "cls"}'])
     assert res.returncode != 0

@@ -1,0 +1,69 @@
+"""tests/tool_runner.py's fork server: a forked run sees the process a fresh interpreter gives it, and ends as one."""
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from tests.tool_runner import ROOT, ours, run_python
+
+# what a run can see of its process: arguments, import path, folder, environment, main module, standard input
+PROBE = '''
+import json, os, random, sys
+print(json.dumps(dict(argv=sys.argv, path=sys.path, cwd=os.getcwd(), env=dict(os.environ), name=__name__,
+                      file=globals().get('__file__'), stdin=sys.stdin.read(), mmwf='mmwf' in sys.modules,
+                      tests=[m for m in sys.modules if m.split('.')[0] == 'tests'], draw=random.random())))
+'''
+
+
+def probe(tmp_path, fork: bool) -> dict:
+    res = run_python(['-c', PROBE, 'a', '--b'], cwd=tmp_path, env=dict(os.environ, PORT='29400'), fork=fork)
+    assert res.returncode == 0 and not res.stderr, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_a_forked_run_sees_what_a_fresh_interpreter_sees(tmp_path):
+    forked, fresh = probe(tmp_path, True), probe(tmp_path, False)
+    assert forked['mmwf'] and not fresh['mmwf']  # the one difference: mmwf is imported, as every tool's first step
+    assert forked['tests'] == fresh['tests'] == []
+    for key in ('argv', 'path', 'cwd', 'env', 'name', 'file', 'stdin'):
+        assert forked[key] == fresh[key], key
+    assert probe(tmp_path, True)['draw'] != forked['draw']  # seeded afresh, as each interpreter is
+
+
+@pytest.mark.parametrize('code, status, last_line', [
+    ('import sys; sys.exit(3)', 3, None),
+    ("raise SystemExit('refused: no data')", 1, 'refused: no data'),
+    ("raise ValueError('bad value')", 1, 'ValueError: bad value'),
+    ("import atexit; atexit.register(lambda: print('at exit', flush=True)); print('body')", 0, None),
+    ('import os, signal; os.kill(os.getpid(), signal.SIGKILL)', -signal.SIGKILL, None)])
+def test_a_forked_run_ends_as_a_fresh_interpreter_ends(code, status, last_line):
+    forked, fresh = (run_python(['-c', code], fork=fork) for fork in (True, False))
+    assert forked.returncode == fresh.returncode == status
+    assert forked.stdout == fresh.stdout
+    if last_line:
+        assert forked.stderr.splitlines()[-1] == fresh.stderr.splitlines()[-1] == last_line
+
+
+def test_a_forked_run_past_its_timeout_is_killed():
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_python(['-c', 'import time; time.sleep(60)'], fork=True, timeout=1)
+    assert run_python(['-c', 'print(2)'], fork=True).stdout == '2\n'  # the server goes on
+
+
+def test_which_runs_are_forked():
+    assert ours(['tools/train.py', 'x.py'], ROOT) and ours(['-m', 'mmwf.configs', '--list'], ROOT)
+    assert ours(['../tools/test.py'], ROOT / 'configs')
+    assert not ours(['-c', 'import mmwf'], ROOT)  # code may test what an import does
+    assert not ours(['-m', 'pytest'], ROOT) and not ours([str(ROOT / 'setup.py')], ROOT)
+
+
+def test_every_tool_imports_mmwf():
+    """The fork server's premise: a tool of tools/ imports mmwf, so a child of the server that has imported it
+    already differs from a fresh run only in time."""
+    import re
+    tools = sorted((ROOT / 'tools').rglob('*.py'))
+    assert len(tools) > 10
+    for tool in tools:
+        assert re.search(r'^\s*(from mmwf[.\w]* import|import mmwf)', tool.read_text(), re.M), tool
