@@ -2,7 +2,6 @@
 block of its quick start runs as it stands (the commands at a small size: one iteration on a few demo images)."""
 import os
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mmwf.configs import metafile_models
+from tests.tool_runner import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / 'README.md').read_text()
@@ -68,19 +68,21 @@ def test_readme_model_zoo_is_the_metafiles():
 @pytest.mark.slow
 def test_quick_start_commands_run(tmp_path):
     """The quick start's commands, each as written with only ``SMALL``'s options appended, in a folder of the
-    user's own (``tools`` and ``configs`` linked in), one after the other as a user types them."""
+    user's own (``tools`` and ``configs`` linked in), one after the other as a user types them: bash reads each
+    line into words, and the python command they make runs."""
     (block,) = code_blocks('bash', 'Quick start')
     for name in ('tools', 'configs'):
         (tmp_path / name).symlink_to(ROOT / name)
-    env = dict(os.environ, OMP_NUM_THREADS='1',
-               PATH=f'{Path(sys.executable).parent}{os.pathsep}{os.environ["PATH"]}')
+    env = dict(os.environ, OMP_NUM_THREADS='1')
     commands = [line.split('  #')[0].strip() for line in block.splitlines() if line.strip()]
     assert len(commands) == 6
     for command in commands:
-        script = shlex.split(command)[1]
-        extra = ' '.join(shlex.quote(a) for a in SMALL.get(script, []))
-        res = subprocess.run(['bash', '-c', f'{command} {extra}'], cwd=tmp_path, env=env, capture_output=True,
-                             text=True, timeout=600)
+        # the words bash makes of the line as typed (its $(...) run), then that python command (the venv's python,
+        # the one on a user's PATH after `make demo`)
+        words = subprocess.run(['bash', '-c', f'printf "%s\\0" {command}'], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, check=True).stdout.split('\0')[:-1]
+        assert words[0] == 'python', command
+        res = run_python([*words[1:], *SMALL.get(words[1], [])], cwd=tmp_path, env=env, timeout=600)
         assert res.returncode == 0, f'{command}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}'
     assert len(list((tmp_path / 'work_dirs').glob('*/iter_1.pth'))) == 4
 
