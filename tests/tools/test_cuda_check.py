@@ -104,20 +104,17 @@ def test_a_real_run_without_a_cuda_device_refuses():
 def test_a_pytest_step_whose_tests_all_skip_did_not_run(tmp_path):
     """run_step: a pytest step that exits 0 with every test skipped is 'not run' with the skip's reason; one with a
     test that passed is 'passed'."""
-    sys.path.insert(0, str(ROOT / 'tools' / 'analysis'))
-    try:
-        import cuda_check
-    finally:
-        sys.path.pop(0)
+    from mmwf.analysis.check_steps import Step, run_step
     (tmp_path / 'test_skips.py').write_text('import pytest\n\n\n@pytest.mark.skip(reason="needs a CUDA device")\n'
                                             'def test_skipped():\n    pass\n')
     (tmp_path / 'test_passes.py').write_text('def test_passes():\n    pass\n')
     results = {}
     for name in ('skips', 'passes'):
-        junit = tmp_path / cuda_check.JUNIT['cuda-tests']
-        step = cuda_check.Step('cuda-tests', name, [sys.executable, '-m', 'pytest', str(tmp_path / f'test_{name}.py'),
-                                                    '-p', 'no:cacheprovider', '-q', '--junitxml', str(junit)], 120)
+        junit = tmp_path / f'{name}.xml'
+        step = Step('cuda-tests', name, [sys.executable, '-m', 'pytest', str(tmp_path / f'test_{name}.py'),
+                                         '-p', 'no:cacheprovider', '-q', '--junitxml', str(junit)], 120,
+                    junit=str(junit))
         with open(tmp_path / 'log.txt', 'w') as log:
-            results[name] = cuda_check.run_step(step, 120, log)
+            results[name] = run_step(step, 120, log, str(ROOT))
     assert results['skips']['status'] == 'not run' and 'needs a CUDA device' in results['skips']['reason']
     assert results['passes']['status'] == 'passed'

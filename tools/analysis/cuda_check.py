@@ -29,14 +29,13 @@ import importlib.util
 import json
 import os
 import os.path as osp
-import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
+
+from mmwf.analysis.check_steps import Step, junit_tests, run_step
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TOOLS = osp.join(ROOT, 'tools', 'analysis')
@@ -54,18 +53,6 @@ CORE_TESTS = ['tests/models/layers', 'tests/models/backbones', 'tests/models/nec
               'tests/models/test_compile.py', 'tests/models/test_transfer.py']
 # the junit files of the pytest steps: step -> file under --out
 JUNIT = {'suite': 'suite_tests.xml', 'cuda-tests': 'cuda_tests.xml'}
-
-
-@dataclass
-class Step:
-    """One check: ``argv`` run from the repository root with ``env`` added, at most ``timeout`` seconds; skipped
-    when ``need()`` returns a reason."""
-    name: str
-    what: str
-    argv: list[str]
-    timeout: float
-    need: Callable[[], str | None] = lambda: None
-    env: dict[str, str] = field(default_factory=dict)
 
 
 def tool(benchmark: str, *args: object) -> list[str]:
@@ -133,10 +120,12 @@ def steps(out: str, dry_run: bool) -> list[Step]:
         # a GPU in the dry run too: on the CPU the suite is the one `make test` runs, and it runs this dry run
         Step('suite', suite_what,
              [sys.executable, '-m', 'pytest', *suite, '-m', 'not benchmark', '-p', 'no:cacheprovider', '-q', '-rfE',
-              '--junitxml', osp.join(out, JUNIT['suite'])], 240, need=need_gpus(1, dry_run)),
+              '--junitxml', osp.join(out, JUNIT['suite'])], 240, need=need_gpus(1, dry_run),
+             junit=osp.join(out, JUNIT['suite'])),
         Step('cuda-tests', 'tests/test_cuda.py (pytest -m cuda)',
              [sys.executable, '-m', 'pytest', '-m', 'cuda', 'tests/test_cuda.py', '-p', 'no:cacheprovider', '-q',
-              '-rA', '--junitxml', osp.join(out, JUNIT['cuda-tests'])], 180),
+              '-rA', '--junitxml', osp.join(out, JUNIT['cuda-tests'])], 180,
+             junit=osp.join(out, JUNIT['cuda-tests'])),
         Step('table3', 'WF-T vs DeiT-T (timm, fused attention): throughput and peak memory',
              tool('inference', '--models', WF_T, DEIT_T, *table3, '--plot', osp.join(out, 'benchmark.png')),
              90),
@@ -196,42 +185,9 @@ def steps(out: str, dry_run: bool) -> list[Step]:
         Step('nccl', "two ranks under NCCL: the generation configs' per-rank seeds, TF32 and DDP",
              [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '-m',
               'tests.engine.world_size_run', osp.join(out, 'nccl'), 'configs/generation/wf_dit_s_2_in256.py',
-              'configs/generation/dit_s_2_in256.py'], 120, need_gpus(2, dry_run)),
+              'configs/generation/dit_s_2_in256.py'], 120, need_gpus(2, dry_run),
+             more_tables=lambda: [nccl_table(osp.join(out, 'nccl'))]),
     ]
-
-
-def markdown_tables(text: str) -> list[dict]:
-    """Every markdown table in ``text``: ``{'title': ..., 'columns': [...], 'rows': [[...], ...]}``, the title
-    the line just above the table (the tools print one there when they print several tables), else empty."""
-    tables, lines = [], text.splitlines()
-    for i in range(len(lines) - 1):
-        header, rule = lines[i].strip(), lines[i + 1].strip()
-        if header.startswith('|') and rule.startswith('|---'):
-            above = lines[i - 1].strip() if i else ''
-            rows = []
-            for line in lines[i + 2:]:
-                if not line.strip().startswith('|'):
-                    break
-                rows.append([cell.strip() for cell in line.strip().strip('|').split('|')])
-            tables.append(dict(title='' if above.startswith('|') else above,
-                               columns=[c.strip() for c in header.strip('|').split('|')], rows=rows))
-    return tables
-
-
-def junit_tests(path: str) -> list[dict]:
-    """The test cases of a pytest JUnit XML file: name, outcome, seconds and the message of a failure or skip."""
-    if not osp.isfile(path):
-        return []
-    tests = []
-    for case in ET.parse(path).getroot().iter('testcase'):
-        outcome, message = 'passed', ''
-        for tag in ('failure', 'error', 'skipped'):
-            node = case.find(tag)
-            if node is not None:
-                outcome, message = tag, node.get('message', '')
-        tests.append(dict(name=case.get('name'), outcome=outcome, seconds=float(case.get('time', 0)),
-                          message=message[:500]))
-    return tests
 
 
 def nccl_table(folder: str) -> dict:
@@ -250,39 +206,6 @@ def nccl_table(folder: str) -> dict:
                          str(row['tf32']), str(same)])
     return dict(title='', columns=['config', 'backend', 'rank', 'seed', 'first draw', 'TF32 in the run',
                          'parameters equal across ranks'], rows=rows)
-
-
-def run_step(step: Step, timeout: float, log) -> dict:
-    """Run one step; its output goes to ``log``, its result (status, seconds, tables) is returned."""
-    result = dict(name=step.name, what=step.what, command=' '.join(step.argv), env=step.env)
-    reason = step.need()
-    if reason:
-        return dict(result, status='skipped', reason=reason, seconds=0.0, tables=[])
-    log.write(f'\n===== {step.name}: {result["command"]}\n')
-    log.flush()
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(step.argv, cwd=ROOT, env={**os.environ, 'PYTHONUNBUFFERED': '1', **step.env},
-                              capture_output=True, text=True, timeout=timeout)
-        output, status = proc.stdout + proc.stderr, 'passed' if proc.returncode == 0 else 'failed'
-        reason = '' if proc.returncode == 0 else f'exit status {proc.returncode}'
-    except subprocess.TimeoutExpired as err:
-        output = (err.stdout or b'').decode(errors='replace') + (err.stderr or b'').decode(errors='replace')
-        status, reason = 'failed', f'stopped after {timeout:.0f} s (its time limit)'
-    log.write(output)
-    log.flush()
-    if status == 'passed' and step.name in JUNIT:  # a pytest step: passed only where a test ran and passed
-        cases = junit_tests(step.argv[step.argv.index('--junitxml') + 1])
-        if not any(case['outcome'] == 'passed' for case in cases):
-            skipped = [case for case in cases if case['outcome'] == 'skipped']
-            status = 'not run'
-            reason = (f'every test skipped ({len(skipped)}: {skipped[0]["message"]})' if skipped
-                      else 'no test ran')
-    tables = markdown_tables(output)
-    if step.name == 'nccl' and status == 'passed':
-        tables.append(nccl_table(step.argv[-3]))
-    return dict(result, status=status, reason=reason, seconds=round(time.perf_counter() - start, 1),
-                tables=tables, output_tail=output[-3000:])
 
 
 def environment() -> dict:
@@ -421,7 +344,7 @@ def main() -> None:
                 results.append(dict(name=step.name, what=step.what, command=' '.join(step.argv), status='skipped',
                                     reason=f'out of the run\'s {args.budget:.0f} s', seconds=0.0, tables=[]))
             else:
-                results.append(run_step(step, min(step.timeout, left), log))
+                results.append(run_step(step, min(step.timeout, left), log, ROOT))
             last = results[-1]
             print(f'{last["name"]}: {last["status"]}{" (" + last["reason"] + ")" if last.get("reason") else ""}, '
                   f'{last["seconds"]:.0f} s', flush=True)
