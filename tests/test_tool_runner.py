@@ -13,23 +13,30 @@ PROBE = '''
 import json, os, random, sys
 print(json.dumps(dict(argv=sys.argv, path=sys.path, cwd=os.getcwd(), env=dict(os.environ), name=__name__,
                       file=globals().get('__file__'), stdin=sys.stdin.read(), mmwf='mmwf' in sys.modules,
-                      tests=[m for m in sys.modules if m.split('.')[0] == 'tests'], draw=random.random())))
+                      tests=[m for m in sys.modules if m.split('.')[0] == 'tests'], draw=random.random(),
+                      main=sorted(k for k in vars(sys.modules['__main__']) if not k.startswith('_') or k in (
+                          '__file__', '__name__', '__spec__', '__cached__')),
+                      loader=type(globals().get('__loader__')).__name__)))
 '''
 
 
-def probe(tmp_path, fork: bool) -> dict:
-    res = run_python(['-c', PROBE, 'a', '--b'], cwd=tmp_path, env=dict(os.environ, PORT='29400'), fork=fork)
+def probe(tmp_path, fork: bool, how: str) -> dict:
+    """What ``python -c PROBE``, ``python probe.py`` or ``python -m probe`` sees, run in ``tmp_path``."""
+    (tmp_path / 'probe.py').write_text(PROBE)
+    argv = {'code': ['-c', PROBE], 'path': ['probe.py'], 'module': ['-m', 'probe']}[how]
+    res = run_python([*argv, 'a', '--b'], cwd=tmp_path, env=dict(os.environ, PORT='29400'), fork=fork)
     assert res.returncode == 0 and not res.stderr, res.stderr
     return json.loads(res.stdout)
 
 
-def test_a_forked_run_sees_what_a_fresh_interpreter_sees(tmp_path):
-    forked, fresh = probe(tmp_path, True), probe(tmp_path, False)
+@pytest.mark.parametrize('how', ['code', 'path', 'module'])
+def test_a_forked_run_sees_what_a_fresh_interpreter_sees(tmp_path, how):
+    forked, fresh = probe(tmp_path, True, how), probe(tmp_path, False, how)
     assert forked['mmwf'] and not fresh['mmwf']  # the one difference: mmwf is imported, as every tool's first step
     assert forked['tests'] == fresh['tests'] == []
-    for key in ('argv', 'path', 'cwd', 'env', 'name', 'file', 'stdin'):
+    for key in ('argv', 'path', 'cwd', 'env', 'name', 'file', 'stdin', 'main', 'loader'):
         assert forked[key] == fresh[key], key
-    assert probe(tmp_path, True)['draw'] != forked['draw']  # seeded afresh, as each interpreter is
+    assert probe(tmp_path, True, how)['draw'] != forked['draw']  # seeded afresh, as each interpreter is
 
 
 @pytest.mark.parametrize('code, status, last_line', [
@@ -37,7 +44,11 @@ def test_a_forked_run_sees_what_a_fresh_interpreter_sees(tmp_path):
     ("raise SystemExit('refused: no data')", 1, 'refused: no data'),
     ("raise ValueError('bad value')", 1, 'ValueError: bad value'),
     ("import atexit; atexit.register(lambda: print('at exit', flush=True)); print('body')", 0, None),
-    ('import os, signal; os.kill(os.getpid(), signal.SIGKILL)', -signal.SIGKILL, None)])
+    ('import os, signal; os.kill(os.getpid(), signal.SIGKILL)', -signal.SIGKILL, None),
+    ('raise SystemExit(True)', 1, None),
+    ('raise SystemExit(2 ** 70)', 255, None),
+    ('raise KeyboardInterrupt', -signal.SIGINT, 'KeyboardInterrupt'),
+    ("import sys, io; sys.stdout = io.StringIO(); print('lost'); sys.__stdout__.write('kept')", 0, None)])
 def test_a_forked_run_ends_as_a_fresh_interpreter_ends(code, status, last_line):
     forked, fresh = (run_python(['-c', code], fork=fork) for fork in (True, False))
     assert forked.returncode == fresh.returncode == status

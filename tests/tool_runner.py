@@ -26,29 +26,37 @@ RUNTIME_ONLY = frozenset({'PYTEST_CURRENT_TEST', 'PYTHON', 'MASTER_ADDR', 'MASTE
                           'WORLD_SIZE'})
 
 
+class ServerGone(Exception):
+    """The fork server's pipe closed: it exited."""
+
+
 class ForkServer:
     """This process's fork server (tests/tool_server.py), started at its first use with this process's
-    environment, ended with the process."""
+    environment, ended with the process. Its own output (a failed import) goes to ``self.log``."""
 
     def __init__(self) -> None:
         self.env = dict(os.environ)
+        self.log = tempfile.NamedTemporaryFile(prefix='mmwf_fork_server_', suffix='.log', delete=False)
         self.proc = subprocess.Popen([sys.executable, '-c', 'from tests.tool_server import serve; serve()'],
                                      cwd=ROOT, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, bufsize=0)
+                                     stderr=self.log, bufsize=0)
         self.pending = b''
-        hello = self.answer(None)
-        self.refused = 'the server exited' if hello is None else hello.get('refused')
-        self.refused = hello.get('refused')
+        try:
+            hello = self.answer(300)
+            self.refused = 'no answer in 300 s' if hello is None else hello.get('refused')
+        except ServerGone:
+            self.refused = f'it exited: {Path(self.log.name).read_text()[-2000:]}'
         atexit.register(self.close)
 
     def answer(self, timeout: float | None) -> dict | None:
-        """The server's next line, or None when none came within ``timeout`` seconds or it exited."""
+        """The server's next line, or None when none came within ``timeout`` seconds; :class:`ServerGone` when
+        it exited."""
         while b'\n' not in self.pending:
             if not select.select([self.proc.stdout], [], [], timeout)[0]:
                 return None
             chunk = os.read(self.proc.stdout.fileno(), 4096)
             if not chunk:
-                return None
+                raise ServerGone(self.proc.poll())
             self.pending += chunk
         line, self.pending = self.pending.split(b'\n', 1)
         return json.loads(line)
@@ -56,7 +64,10 @@ class ForkServer:
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.stdin.close()
-            self.proc.wait(timeout=30)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
 
     def serves(self, env: dict[str, str]) -> bool:
         """Whether a run with ``env`` sees the process a fresh interpreter would give it."""
@@ -64,22 +75,37 @@ class ForkServer:
 
     def run(self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float | None) \
             -> subprocess.CompletedProcess:
+        """``python ARGV`` forked. Anything unexpected (an interrupt, the server gone) ends the server, so that
+        the protocol never falls out of step: the caller starts a new one."""
         with tempfile.TemporaryDirectory() as tmp:
             out, err = Path(tmp, 'stdout'), Path(tmp, 'stderr')
             request = dict(argv=argv, cwd=str(cwd), env=env, stdout=str(out), stderr=str(err))
-            self.proc.stdin.write((json.dumps(request) + '\n').encode())
-            started = self.answer(None)
-            if started is None:
-                raise RuntimeError(f'the tools\' fork server (tests/tool_server.py) exited: {self.proc.poll()}')
-            pid = started['pid']
-            done = self.answer(timeout)
-            if done is None:
-                os.kill(pid, signal.SIGKILL)
-                self.answer(None)
-                raise subprocess.TimeoutExpired([sys.executable, *argv], timeout, out.read_text(), err.read_text())
-            code = done['returncode']
-            return subprocess.CompletedProcess([sys.executable, *argv], code, out.read_text(errors='replace'),
-                                               err.read_text(errors='replace'))
+            pid = None
+            try:
+                self.proc.stdin.write((json.dumps(request) + '\n').encode())
+                pid = self.answer(None)['pid']
+                done = self.answer(timeout)
+                if done is None:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:  # it ended meanwhile
+                        pass
+                    self.answer(None)
+                    raise subprocess.TimeoutExpired([sys.executable, *argv], timeout, out.read_text(),
+                                                    err.read_text())
+            except subprocess.TimeoutExpired:
+                raise
+            except BaseException:
+                if pid is not None:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                self.proc.kill()
+                self.proc.wait()
+                raise
+            return subprocess.CompletedProcess([sys.executable, *argv], done['returncode'],
+                                               out.read_text(errors='replace'), err.read_text(errors='replace'))
 
 
 def same_start(env: dict[str, str], other: dict[str, str]) -> bool:
@@ -110,14 +136,15 @@ def run_python(argv: list[object], cwd: Path = ROOT, env: dict | None = None, ti
     if fork is None:
         fork = ours(argv, cwd) and os.environ.get('MMWF_TOOLS_FORK') != '0'
     if fork and (argv[0] in ('-c', '-m') or not argv[0].startswith('-')):
-        if _server is None or not _server.refused and not same_start(_server.env, dict(os.environ)):
-            if _server is not None:  # this process's environment changed since (a library set a variable)
+        if _server is None or _server.proc.poll() is not None and not _server.refused or \
+                not _server.refused and not same_start(_server.env, dict(os.environ)):
+            if _server is not None:  # ended, or this process's environment changed since (a library set a variable)
                 _server.close()
             _server = ForkServer()
         if _server.serves(env):
             return _server.run(argv, cwd, env, timeout)
-    return subprocess.run([sys.executable, *argv], cwd=cwd, capture_output=True, text=True, env=env,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, *argv], cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          env=env, timeout=timeout)
 
 
 def run_tool(*args: object, cwd: Path = ROOT, env: dict | None = None, ok: bool | None = True,

@@ -1,18 +1,21 @@
 """The fork server behind :func:`tests.tool_runner.run_python`: one interpreter per test process imports mmwf once
 (torch, its compiler front end, timm, mmengine: about 4 s on 2 cores, what every tool imports first), then forks a
 child for each run. The child becomes ``python ARGS`` as the interpreter would start it: the run's working folder,
-environment, ``sys.argv`` and ``sys.path[0]``, fresh random seeds, standard input from /dev/null, its output in the
-client's files, its exit status the interpreter's own (an uncaught exception prints its traceback and exits 1).
+environment, ``sys.argv`` as typed, ``sys.path[0]``, ``__main__`` and ``__file__``, fresh random seeds, standard
+input from /dev/null, its output in the client's files, its exit status the interpreter's own. One difference
+stays: every child has the server's hash seed (``PYTHONHASHSEED`` is read at start); a test that compares two runs'
+set orders must use fresh interpreters.
 
 Protocol, one JSON line each way: the server says ``{"ready": true}`` or ``{"refused": why}`` once; then for each
 request ``{"argv", "cwd", "env", "stdout", "stderr"}`` it answers ``{"pid": pid}`` at the fork and
 ``{"returncode": code}`` (negative: the signal) when the child has ended."""
 from __future__ import annotations
 
-import io
 import json
 import os
+import signal
 import sys
+import tempfile
 import threading
 
 
@@ -30,6 +33,26 @@ def main_target(argv: list[str], cwd: str) -> tuple[str, str, str]:
 def _become(request: dict, base_path: list[str]) -> None:
     """In the forked child: take on the run's process state, then run its main as ``__main__``. Never returns:
     the child ends with the run's exit status (:func:`_exit`)."""
+    code = 1
+    try:
+        code = _run(request, base_path)
+    except SystemExit as done:
+        code = exit_code(done)
+    except KeyboardInterrupt:  # as the interpreter does: the traceback, then die of SIGINT
+        sys.excepthook(*sys.exc_info())
+        _finish()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:  # noqa: BLE001  (what the interpreter does with an uncaught exception)
+        sys.excepthook(*sys.exc_info())
+    finally:
+        _finish()
+        os._exit(code)
+
+
+def _run(request: dict, base_path: list[str]) -> int:
+    import builtins
+    import importlib.machinery
     import random
     import runpy
 
@@ -50,64 +73,79 @@ def _become(request: dict, base_path: list[str]) -> None:
     argv = request['argv']
     how, what, first = main_target(argv, request['cwd'])
     sys.path[:] = [first, *base_path]
-    try:
-        if how == 'code':
-            sys.argv = ['-c', *argv[2:]]
-            exec(compile(what, '<string>', 'exec'), {'__name__': '__main__', '__builtins__': __builtins__})
-        elif how == 'module':
-            sys.argv = [what, *argv[2:]]
-            runpy.run_module(what, run_name='__main__', alter_sys=True)
-        else:
-            sys.argv = [argv[0], *argv[1:]]
-            runpy.run_path(what, run_name='__main__')
-        code = 0
-    except SystemExit as done:
-        code = exit_code(done)
-    except BaseException:  # noqa: BLE001  (what the interpreter does with an uncaught exception)
-        sys.excepthook(*sys.exc_info())
-        code = 1
-    _exit(code)
+    main = sys.modules['__main__']  # the server's own: the run's main module in its place, as the interpreter's
+    main.__dict__.clear()
+    main.__dict__.update(__name__='__main__', __builtins__=builtins, __doc__=None, __package__=None, __spec__=None)
+    if how == 'module':
+        sys.argv = [what, *argv[2:]]  # runpy puts the module's file in argv[0], as `python -m` does
+        runpy._run_module_as_main(what, alter_argv=True)
+        return 0
+    if how == 'code':
+        sys.argv = ['-c', *argv[2:]]
+        source, filename = what, '<string>'
+        main.__dict__['__loader__'] = importlib.machinery.BuiltinImporter
+    else:
+        sys.argv = list(argv)  # the path as typed
+        filename = os.path.abspath(what)
+        with open(filename, 'rb') as f:
+            source = f.read()
+        main.__dict__.update(__file__=filename, __cached__=None,
+                             __loader__=importlib.machinery.SourceFileLoader('__main__', filename))
+    exec(compile(source, filename, 'exec'), main.__dict__)
+    return 0
 
 
 def exit_code(done: SystemExit) -> int:
     """The status the interpreter exits with for ``done``; a message that is not a number is printed to stderr."""
-    if done.code is None or isinstance(done.code, int):
-        return done.code or 0
-    print(done.code, file=sys.stderr)
+    code = done.code
+    if code is None:
+        return 0
+    if isinstance(code, int):  # True is 1; out of a C int's range the interpreter exits with -1 (255)
+        return code & 0xFF if -2 ** 31 <= code < 2 ** 31 else 255
+    print(code, file=sys.stderr)
     return 1
 
 
-def _exit(code: int) -> None:
-    """End the child as the interpreter ends, less what no one observes: wait for the threads that are not daemons,
-    run the ``atexit`` functions, collect garbage (finalizers, files closed), flush the standard streams; then leave
-    without tearing down every module one by one (about 2 s with the stack imported)."""
+def _finish() -> None:
+    """What the interpreter does at exit that anyone observes: wait for the threads that are not daemons, run the
+    ``atexit`` functions, collect garbage (finalizers, files closed), flush every stream, C's too. Not done: the
+    teardown of every module one by one (about 2 s with the stack imported)."""
     import atexit
+    import ctypes
     import gc
-    threading._shutdown()
-    atexit._run_exitfuncs()
-    gc.collect()
-    for stream in (sys.stdout, sys.stderr):
+    for step in (threading._shutdown, atexit._run_exitfuncs, gc.collect):
+        try:
+            step()
+        except BaseException:  # noqa: BLE001  (the interpreter reports these and goes on)
+            sys.excepthook(*sys.exc_info())
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             stream.flush()
-        except (OSError, ValueError):
+        except (AttributeError, OSError, ValueError):
             pass
-    os._exit(code)
+    ctypes.CDLL(None).fflush(None)
 
 
 def serve() -> None:
-    """Import mmwf, then answer requests on standard input until it closes. A server whose import printed anything
-    or started a thread refuses (the children would miss the output or hold a copied lock): the runs then take
-    fresh interpreters."""
-    captured = io.StringIO()
-    real_out, real_err = sys.stdout, sys.stderr
-    sys.stdout = sys.stderr = captured
-    try:
-        import mmwf  # noqa: F401
-    finally:
-        sys.stdout, sys.stderr = real_out, real_err
+    """Import mmwf, then answer requests on standard input until it closes. A server whose import wrote anything
+    to its output (caught at the file descriptors, not at ``sys.stdout``, which what the import built may hold)
+    or started a thread refuses: the runs then take fresh interpreters."""
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 1)
+        os.dup2(captured.fileno(), 2)
+        try:
+            import mmwf  # noqa: F401
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+        captured.seek(0)
+        printed = captured.read().decode(errors='replace')
     refused = None
-    if captured.getvalue():
-        refused = f'importing mmwf printed: {captured.getvalue()[:500]!r}'
+    if printed:
+        refused = f'importing mmwf printed: {printed[:500]!r}'
     elif threading.active_count() != 1:
         refused = f'importing mmwf started threads: {[t.name for t in threading.enumerate()]}'
     print(json.dumps({'refused': refused} if refused else {'ready': True}), flush=True)
