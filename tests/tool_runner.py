@@ -68,6 +68,13 @@ class ForkServer:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
+
+    def stale(self) -> bool:
+        """Whether a server that did not refuse has ended, or this process's environment changed since it started
+        (a library set a variable): a new one is due."""
+        return not self.refused and (self.proc.poll() is not None or not same_start(self.env, dict(os.environ)))
 
     def serves(self, env: dict[str, str]) -> bool:
         """Whether a run with ``env`` sees the process a fresh interpreter would give it."""
@@ -136,9 +143,8 @@ def run_python(argv: list[object], cwd: Path = ROOT, env: dict | None = None, ti
     if fork is None:
         fork = ours(argv, cwd) and os.environ.get('MMWF_TOOLS_FORK') != '0'
     if fork and (argv[0] in ('-c', '-m') or not argv[0].startswith('-')):
-        if _server is None or _server.proc.poll() is not None and not _server.refused or \
-                not _server.refused and not same_start(_server.env, dict(os.environ)):
-            if _server is not None:  # ended, or this process's environment changed since (a library set a variable)
+        if _server is None or _server.stale():
+            if _server is not None:
                 _server.close()
             _server = ForkServer()
         if _server.serves(env):

@@ -116,16 +116,15 @@ def steps(out: str, dry_run: bool) -> list[Step]:
     gen_no_memory = ['--no-memory'] if dry_run else []
     dit = 'S/2' if dry_run else 'B/2'
     suite, suite_what = suite_tests()
+    junit = {name: osp.join(out, file) for name, file in JUNIT.items()}
     return [
         # a GPU in the dry run too: on the CPU the suite is the one `make test` runs, and it runs this dry run
         Step('suite', suite_what,
              [sys.executable, '-m', 'pytest', *suite, '-m', 'not benchmark', '-p', 'no:cacheprovider', '-q', '-rfE',
-              '--junitxml', osp.join(out, JUNIT['suite'])], 240, need=need_gpus(1, dry_run),
-             junit=osp.join(out, JUNIT['suite'])),
+              '--junitxml', junit['suite']], 240, need=need_gpus(1, dry_run), junit=junit['suite']),
         Step('cuda-tests', 'tests/test_cuda.py (pytest -m cuda)',
              [sys.executable, '-m', 'pytest', '-m', 'cuda', 'tests/test_cuda.py', '-p', 'no:cacheprovider', '-q',
-              '-rA', '--junitxml', osp.join(out, JUNIT['cuda-tests'])], 180,
-             junit=osp.join(out, JUNIT['cuda-tests'])),
+              '-rA', '--junitxml', junit['cuda-tests']], 180, junit=junit['cuda-tests']),
         Step('table3', 'WF-T vs DeiT-T (timm, fused attention): throughput and peak memory',
              tool('inference', '--models', WF_T, DEIT_T, *table3, '--plot', osp.join(out, 'benchmark.png')),
              90),
