@@ -1,4 +1,5 @@
-"""tests/tool_runner.py's fork server: a forked run sees the process a fresh interpreter gives it, and ends as one."""
+"""tests/tool_runner.py and its fork server (mmwf.utils.fork_server): a forked run sees the process a fresh
+interpreter gives it, and ends as one."""
 import json
 import os
 import signal
@@ -55,6 +56,27 @@ def test_a_forked_run_ends_as_a_fresh_interpreter_ends(code, status, last_line):
     assert forked.stdout == fresh.stdout
     if last_line:
         assert forked.stderr.splitlines()[-1] == fresh.stderr.splitlines()[-1] == last_line
+
+
+def test_a_forked_run_seeds_torch_as_a_fresh_interpreter_does():
+    """Two runs draw different numbers from torch where a new process seeds torch afresh (torch 2.14 does), the same
+    numbers, a fresh run's, where it starts at a fixed seed (earlier torch)."""
+    code = 'import torch; print(torch.initial_seed(), torch.rand(3).tolist())'
+    forked = [run_python(['-c', code], fork=True).stdout for _ in range(2)]
+    fresh = [run_python(['-c', code], fork=False).stdout for _ in range(2)]
+    assert all(forked + fresh)
+    assert (forked[0] == forked[1]) == (fresh[0] == fresh[1])
+    if fresh[0] == fresh[1]:
+        assert forked[0] == fresh[0]
+
+
+def test_a_forked_run_writes_both_streams_in_order_to_one_file(tmp_path):
+    """``ForkServer.run(output=FILE)``: as ``2>&1``, what the run wrote, in its order."""
+    from tests.tool_runner import fork_server
+    code = "import sys; print('out 1', flush=True); print('err 2', file=sys.stderr, flush=True); print('out 3')"
+    res = fork_server().run(['-c', code], tmp_path, dict(os.environ), 60, output=tmp_path / 'log.txt')
+    assert res.returncode == 0 and res.stdout is None
+    assert (tmp_path / 'log.txt').read_text() == 'out 1\nerr 2\nout 3\n'
 
 
 def test_a_forked_run_past_its_timeout_is_killed():

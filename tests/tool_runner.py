@@ -1,123 +1,30 @@
 """A tool of the repository run as a user runs it (``python TOOL ARGS``), for the tests.
 
 Each run is a process of its own with the run's folder, environment and arguments. A tool of ``tools/`` or a module
-of mmwf (``-m mmwf...``) is forked from this test process's fork server (tests/tool_server.py), which has already
-imported mmwf: the import every such tool starts with (about 4 s on 2 cores) is paid once per test process, not
-once per run. Every other run takes a fresh interpreter: code given with ``-c`` (it may test what an import does),
+of mmwf (``-m mmwf...``) is forked from this test process's fork server (:mod:`mmwf.utils.fork_server`), which has
+already imported mmwf: the import every such tool starts with (about 4 s on 2 cores) is paid once per test process,
+not once per run. :func:`run_ranks` forks the ranks of a two-process run from two such servers. Every other run
+takes a fresh interpreter: code given with ``-c`` (it may test what an import does),
 other programs (mmdet's tools, a user's project), interpreter options, an environment that differs from the
 server's in a variable not in :data:`RUNTIME_ONLY` (torch, Triton and mmwf read some at import), or
 ``MMWF_TOOLS_FORK=0``.
 """
 from __future__ import annotations
 
-import atexit
-import json
 import os
-import select
 import signal
 import subprocess
 import sys
-import tempfile
+import threading
+import time
 from pathlib import Path
+
+from mmwf.utils.fork_server import ForkServer
 
 ROOT = Path(__file__).resolve().parents[1]
 # variables read only when a tool runs, never while mmwf is imported: a run may set them and still be forked
 RUNTIME_ONLY = frozenset({'PYTEST_CURRENT_TEST', 'PYTHON', 'MASTER_ADDR', 'MASTER_PORT', 'PORT', 'RANK', 'LOCAL_RANK',
-                          'WORLD_SIZE'})
-
-
-class ServerGone(Exception):
-    """The fork server's pipe closed: it exited."""
-
-
-class ForkServer:
-    """This process's fork server (tests/tool_server.py), started at its first use with this process's
-    environment, ended with the process. Its own output (a failed import) goes to ``self.log``."""
-
-    def __init__(self) -> None:
-        self.env = dict(os.environ)
-        self.log = tempfile.NamedTemporaryFile(prefix='mmwf_fork_server_', suffix='.log', delete=False)
-        self.proc = subprocess.Popen([sys.executable, '-c', 'from tests.tool_server import serve; serve()'],
-                                     cwd=ROOT, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, bufsize=0)
-        self.pending = b''
-        try:
-            hello = self.answer(300)
-            self.refused = 'no answer in 300 s' if hello is None else hello.get('refused')
-        except ServerGone:
-            self.refused = f'it exited: {Path(self.log.name).read_text()[-2000:]}'
-        atexit.register(self.close)
-
-    def answer(self, timeout: float | None) -> dict | None:
-        """The server's next line, or None when none came within ``timeout`` seconds; :class:`ServerGone` when
-        it exited."""
-        while b'\n' not in self.pending:
-            if not select.select([self.proc.stdout], [], [], timeout)[0]:
-                return None
-            chunk = os.read(self.proc.stdout.fileno(), 4096)
-            if not chunk:
-                raise ServerGone(self.proc.poll())
-            self.pending += chunk
-        line, self.pending = self.pending.split(b'\n', 1)
-        return json.loads(line)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)
-
-    def stale(self) -> bool:
-        """Whether a server that did not refuse has ended, or this process's environment changed since it started
-        (a library set a variable): a new one is due."""
-        return not self.refused and (self.proc.poll() is not None or not same_start(self.env, dict(os.environ)))
-
-    def serves(self, env: dict[str, str]) -> bool:
-        """Whether a run with ``env`` sees the process a fresh interpreter would give it."""
-        return not self.refused and self.proc.poll() is None and same_start(env, self.env)
-
-    def run(self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float | None) \
-            -> subprocess.CompletedProcess:
-        """``python ARGV`` forked. Anything unexpected (an interrupt, the server gone) ends the server, so that
-        the protocol never falls out of step: the caller starts a new one."""
-        with tempfile.TemporaryDirectory() as tmp:
-            out, err = Path(tmp, 'stdout'), Path(tmp, 'stderr')
-            request = dict(argv=argv, cwd=str(cwd), env=env, stdout=str(out), stderr=str(err))
-            pid = None
-            try:
-                self.proc.stdin.write((json.dumps(request) + '\n').encode())
-                pid = self.answer(None)['pid']
-                done = self.answer(timeout)
-                if done is None:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:  # it ended meanwhile
-                        pass
-                    self.answer(None)
-                    raise subprocess.TimeoutExpired([sys.executable, *argv], timeout, out.read_text(),
-                                                    err.read_text())
-            except subprocess.TimeoutExpired:
-                raise
-            except BaseException:
-                if pid is not None:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                self.proc.kill()
-                self.proc.wait()
-                raise
-            return subprocess.CompletedProcess([sys.executable, *argv], done['returncode'],
-                                               out.read_text(errors='replace'), err.read_text(errors='replace'))
-
-
-def same_start(env: dict[str, str], other: dict[str, str]) -> bool:
-    """Whether two environments differ only in :data:`RUNTIME_ONLY`."""
-    return all(env.get(k) == other.get(k) for k in env.keys() | other.keys() if k not in RUNTIME_ONLY)
+                          'WORLD_SIZE', 'LOCAL_WORLD_SIZE'})
 
 
 def ours(argv: list[str], cwd: Path) -> bool:
@@ -129,7 +36,23 @@ def ours(argv: list[str], cwd: Path) -> bool:
     return script.suffix == '.py' and script.is_relative_to(ROOT / 'tools')
 
 
-_server: ForkServer | None = None
+_servers: dict[int, ForkServer] = {}
+
+
+def fork_server(index: int = 0) -> ForkServer:
+    """This process's ``index``-th fork server (several run ranks at once), started at its first use and again when
+    stale."""
+    server = _servers.get(index)
+    if server is None or server.stale(dict(os.environ)):
+        if server is not None:
+            server.close()
+        server = _servers[index] = ForkServer(os.environ, ROOT, RUNTIME_ONLY)
+    return server
+
+
+def fresh_python(argv: list[str], cwd: Path, env: dict, timeout: float | None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *argv], cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          env=env, timeout=timeout)
 
 
 def run_python(argv: list[object], cwd: Path = ROOT, env: dict | None = None, timeout: float | None = None,
@@ -138,19 +61,68 @@ def run_python(argv: list[object], cwd: Path = ROOT, env: dict | None = None, ti
     ``subprocess.run`` returns it: forked from this process's fork server where that is the same run, else a fresh
     interpreter (the module's docstring). ``fork``: True forks any run the server can make (tests of the server),
     False never forks."""
-    global _server
     argv, cwd, env = [str(a) for a in argv], Path(cwd), dict(os.environ if env is None else env)
     if fork is None:
         fork = ours(argv, cwd) and os.environ.get('MMWF_TOOLS_FORK') != '0'
-    if fork and (argv[0] in ('-c', '-m') or not argv[0].startswith('-')):
-        if _server is None or _server.stale():
-            if _server is not None:
-                _server.close()
-            _server = ForkServer()
-        if _server.serves(env):
-            return _server.run(argv, cwd, env, timeout)
-    return subprocess.run([sys.executable, *argv], cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    if fork and fork_server().serves(argv, env):
+        return fork_server().run(argv, cwd, env, timeout)
+    return fresh_python(argv, cwd, env, timeout)
+
+
+def run_ranks(argv: list[object], port: str, world: int = 2, cwd: Path = ROOT, env: dict | None = None,
+              timeout: float | None = None) -> subprocess.CompletedProcess:
+    """``python ARGV`` on ``world`` processes at once on this machine, each with the variables of torch's ``env://``
+    rendezvous (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``):
+    what mmengine's ``pytorch`` launcher and ``init_process_group`` read, without torchrun's agent (the launcher
+    tests run torchrun itself). Each rank is forked from a fork server of its own where one serves it, else a fresh
+    interpreter. As torchrun does, a failed rank ends the others. The result: the first failed rank's exit status
+    (else 0), the ranks' outputs one after the other."""
+    argv, env = [str(a) for a in argv], dict(os.environ if env is None else env)
+    envs = [dict(env, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                 MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port)) for r in range(world)]
+    forked = os.environ.get('MMWF_TOOLS_FORK') != '0' and all(
+        fork_server(r).serves(argv, envs[r]) for r in range(world))
+    if not forked:
+        procs = [subprocess.Popen([sys.executable, *argv], cwd=cwd, env=envs[r], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
+    results: dict[int, subprocess.CompletedProcess | BaseException] = {}
+
+    def rank(r: int) -> None:
+        try:
+            if forked:
+                results[r] = fork_server(r).run(argv, cwd, envs[r], timeout)
+            else:
+                out, err = procs[r].communicate(timeout=timeout)
+                results[r] = subprocess.CompletedProcess(procs[r].args, procs[r].returncode, out, err)
+        except BaseException as err:  # noqa: BLE001  (handed to the caller below)
+            if not forked:
+                procs[r].kill()
+                procs[r].wait()
+            results[r] = err
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(world)]
+    for thread in threads:
+        thread.start()
+    while any(thread.is_alive() for thread in threads):
+        failed = [r for r, res in results.items()
+                  if isinstance(res, BaseException) or res.returncode != 0]
+        if failed:  # end the others, as torchrun's agent does
+            for r in range(world):
+                if r not in results:
+                    pid = fork_server(r).child if forked else procs[r].pid
+                    if pid is not None:
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+        time.sleep(0.05)
+    for res in results.values():
+        if isinstance(res, BaseException):
+            raise res
+    codes = [results[r].returncode for r in range(world)]
+    return subprocess.CompletedProcess([sys.executable, *argv], next((c for c in codes if c), 0),
+                                       ''.join(results[r].stdout for r in range(world)),
+                                       ''.join(results[r].stderr for r in range(world)))
 
 
 def run_tool(*args: object, cwd: Path = ROOT, env: dict | None = None, ok: bool | None = True,

@@ -1,15 +1,22 @@
 """The steps of a prepared check run (``tools/cuda_check.sh``): each a command in a process of its own, with a time
 limit, whose output is logged and whose markdown tables are read back. A pytest step passes only where a test ran
-and passed: one whose every test was skipped is "not run", never "passed"."""
+and passed: one whose every test was skipped is "not run", never "passed". A step of ``python ARGS`` is forked from
+one :class:`~mmwf.utils.fork_server.ForkServer` where it can be (about 5 s of start-up and teardown saved a step)."""
 from __future__ import annotations
 
 import os
 import os.path as osp
 import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from mmwf.utils.fork_server import ForkServer
+
+# what every step's environment adds: its output unbuffered, so that a step stopped at its time limit leaves it all
+STEP_ENV = {'PYTHONUNBUFFERED': '1'}
 
 
 @dataclass
@@ -61,9 +68,15 @@ def junit_tests(path: str) -> list[dict]:
     return tests
 
 
-def run_step(step: Step, timeout: float, log, cwd: str) -> dict:
-    """Run one step from ``cwd``; its output goes to ``log``, its result (status, reason, seconds, tables, the
-    output's tail) is returned."""
+def step_server(cwd: str) -> ForkServer:
+    """The fork server for a run's steps: this process's environment with :data:`STEP_ENV`, started in ``cwd``."""
+    return ForkServer({**os.environ, **STEP_ENV}, cwd)
+
+
+def run_step(step: Step, timeout: float, log, cwd: str, server: ForkServer | None = None) -> dict:
+    """Run one step from ``cwd``, forked from ``server`` where it serves the step (``python ARGS`` in an environment
+    that starts as the server's), else in a fresh process; its output goes to ``log``, its result (status, reason,
+    seconds, tables, the output's tail, how it started) is returned."""
     result = dict(name=step.name, what=step.what, command=' '.join(step.argv), env=step.env)
     reason = step.need()
     if reason:
@@ -71,9 +84,14 @@ def run_step(step: Step, timeout: float, log, cwd: str) -> dict:
     log.write(f'\n===== {step.name}: {result["command"]}\n')
     log.flush()
     start = time.perf_counter()
+    env = {**os.environ, **STEP_ENV, **step.env}
+    forked = (server is not None and step.argv[0] == sys.executable and len(step.argv) > 1
+              and server.serves(step.argv[1:], env))
     try:
-        proc = subprocess.run(step.argv, cwd=cwd, env={**os.environ, 'PYTHONUNBUFFERED': '1', **step.env},
-                              capture_output=True, text=True, timeout=timeout)
+        if forked:
+            proc = server.run(step.argv[1:], cwd, env, timeout)
+        else:
+            proc = subprocess.run(step.argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
         output, status = proc.stdout + proc.stderr, 'passed' if proc.returncode == 0 else 'failed'
         reason = '' if proc.returncode == 0 else f'exit status {proc.returncode}'
     except subprocess.TimeoutExpired as err:
@@ -92,4 +110,4 @@ def run_step(step: Step, timeout: float, log, cwd: str) -> dict:
     if status == 'passed' and step.more_tables:
         tables += step.more_tables()
     return dict(result, status=status, reason=reason, seconds=round(time.perf_counter() - start, 1),
-                tables=tables, output_tail=output[-3000:])
+                tables=tables, output_tail=output[-3000:], started='forked' if forked else 'fresh')

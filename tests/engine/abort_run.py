@@ -1,5 +1,6 @@
 """A rank for tests/engine/test_two_ranks.py: in a folder not named 'again', rank 1 aborts as gloo's threads once did
-('terminate called ...') or, with 'raise', fails with a Python error; otherwise each rank writes its file."""
+('terminate called ...') or, with 'raise', fails with a Python error, and with 'raise-while-0-waits' does so while
+rank 0 waits for a barrier; otherwise each rank writes its file."""
 import os
 import sys
 from pathlib import Path
@@ -7,6 +8,12 @@ from pathlib import Path
 
 def main(out: str, how: str) -> None:
     rank = int(os.environ['RANK'])
+    if how == 'raise-while-0-waits':
+        if rank == 0:
+            import torch.distributed as dist
+            dist.init_process_group('gloo')
+            dist.barrier()  # never met: rank 1 fails first
+        raise RuntimeError('a failure of the code under test')
     if rank == 1 and Path(out).name != 'again':
         if how == 'raise':
             raise RuntimeError('a failure of the code under test')

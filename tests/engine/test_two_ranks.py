@@ -2,7 +2,8 @@
 std::terminate, never when the code under test fails."""
 import pytest
 
-from tests.engine.two_ranks import run_two_ranks
+from tests.engine.two_ranks import free_port, run_two_ranks
+from tests.tool_runner import run_ranks
 
 
 @pytest.mark.slow
@@ -17,3 +18,11 @@ def test_a_python_failure_is_returned_as_it_is(tmp_path):
     res = run_two_ranks('tests.engine.abort_run', tmp_path, 'raise')
     assert res.returncode != 0 and res.out == tmp_path and 'a failure of the code under test' in res.stderr
     assert not (tmp_path / 'again').exists()
+
+
+@pytest.mark.slow
+def test_a_failed_rank_ends_the_other_as_torchrun_does(tmp_path):
+    """Rank 1 fails while rank 0 waits for it at a barrier (gloo's default timeout: 30 minutes): the launch ends
+    with rank 1's failure well inside its time limit, which would otherwise stop it."""
+    res = run_ranks(['-m', 'tests.engine.abort_run', str(tmp_path), 'raise-while-0-waits'], free_port(), timeout=120)
+    assert res.returncode != 0 and 'a failure of the code under test' in res.stderr

@@ -7,6 +7,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.tool_runner import run_ranks
+
 ROOT = Path(__file__).resolve().parents[2]
 ABORT = 'terminate called without an active exception'
 TORCHRUN = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port']  # + a port
@@ -19,29 +21,43 @@ def free_port() -> str:
         return str(probe.getsockname()[1])
 
 
-def run_launch(cmd: Callable[[Path, str], list[str]], out: Path, env: dict | None = None,
-               timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run the launch of several processes ``cmd(folder, port)`` (writing under ``folder``, meeting at ``port``,
-    also given as the environment's ``PORT`` for the tools' launch scripts) from the repository, with
-    ``folder = out``; the result's ``out`` is that folder. A rank aborted by C++'s std::terminate ('terminate called
-    without an active exception': seen at gloo's start-up on a loaded CPU) is a failure of the launch, not of what
-    the test checks: the launch is repeated once, in a fresh folder (``OUT/again``) on a fresh port. Every other
-    failure is returned as it is."""
-    env = dict(os.environ if env is None else env)
+def repeat_aborted(launch: Callable[[Path, str], subprocess.CompletedProcess], out: Path) \
+        -> subprocess.CompletedProcess:
+    """``launch(folder, port)`` with ``folder = out``, its result's ``out`` that folder. A rank aborted by C++'s
+    std::terminate ('terminate called without an active exception': seen at gloo's start-up on a loaded CPU) is a
+    failure of the launch, not of what the test checks: the launch is repeated once, in a fresh folder
+    (``OUT/again``) on a fresh port. Every other failure is returned as it is."""
     for attempt in (out, out / 'again'):
-        port = free_port()
-        res = subprocess.run(cmd(attempt, port), cwd=ROOT, env=dict(env, PORT=port), capture_output=True, text=True,
-                             timeout=timeout)
+        res = launch(attempt, free_port())
         res.out = attempt
         if res.returncode == 0 or ABORT not in res.stderr:
             break
     return res
 
 
-def run_two_ranks(module: str, out: Path, *args: str) -> subprocess.CompletedProcess:
-    """``python -m torch.distributed.run --nproc_per_node 2 -m MODULE OUT ARGS`` through :func:`run_launch`, one
-    thread per process."""
-    def cmd(folder: Path, port: str) -> list[str]:
+def run_launch(cmd: Callable[[Path, str], list[str]], out: Path, env: dict | None = None,
+               timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the launch of several processes ``cmd(folder, port)`` (a launcher's command line: torchrun, srun, mpirun,
+    a tool's launch script; writing under ``folder``, meeting at ``port``, also given as the environment's ``PORT``
+    for the tools' launch scripts) from the repository, through :func:`repeat_aborted`."""
+    env = dict(os.environ if env is None else env)
+    return repeat_aborted(lambda folder, port: subprocess.run(
+        cmd(folder, port), cwd=ROOT, env=dict(env, PORT=port), capture_output=True, text=True, timeout=timeout), out)
+
+
+def run_ranks_of(args: Callable[[Path], list[str]], out: Path, env: dict | None = None,
+                 timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python ARGS(folder)`` on two ranks with torch's ``env://`` variables (:func:`tests.tool_runner.run_ranks`:
+    each forked from a fork server, one thread each), through :func:`repeat_aborted`. What a tool does on two
+    processes, not how a launcher starts them: tests/engine/test_launchers.py runs torchrun, srun and mpirun."""
+    env = dict(os.environ if env is None else env, OMP_NUM_THREADS='1')
+
+    def launch(folder: Path, port: str) -> subprocess.CompletedProcess:
         folder.mkdir(parents=True, exist_ok=True)
-        return [*TORCHRUN, port, '-m', module, str(folder), *args]
-    return run_launch(cmd, out, dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT)), timeout=300)
+        return run_ranks(args(folder), port, env=env, timeout=timeout)
+    return repeat_aborted(launch, out)
+
+
+def run_two_ranks(module: str, out: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python -m MODULE OUT ARGS`` on two ranks (:func:`run_ranks_of`)."""
+    return run_ranks_of(lambda folder: ['-m', module, str(folder), *args], out)

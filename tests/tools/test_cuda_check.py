@@ -48,6 +48,11 @@ def test_dry_run_runs_every_step_and_skips_the_cuda_ones_with_a_reason(dry_run):
     assert all(f'| {name} |' in markdown for name in STEPS)
     assert '| cuda-tests | tests/test_cuda.py (pytest -m cuda) | not run: every test skipped' in markdown
     assert 'mmengine' in markdown and (out / 'log.txt').stat().st_size > 0
+    # each step of python forked from one interpreter, but the one whose environment changes what timm's import reads
+    assert report['fork_server'] == 'on'
+    ran = [name for name in STEPS if steps[name]['status'] != 'skipped']
+    assert {name: steps[name]['started'] for name in ran} == {
+        name: 'fresh' if name == 'table3-unfused' else 'forked' for name in ran}
     # in this test, not one of its own: xdist may tear a module fixture down between two tests and run the dry run
     # (two minutes) again
     check_the_tables_are_the_tools_own(report)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.engine.two_ranks import TORCHRUN, run_launch
+from tests.engine.two_ranks import run_launch, run_ranks_of
 from tests.tool_runner import run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,8 +70,8 @@ def test_latent_cache_holds_samples_of_each_image_and_its_flip(workspace):
     assert [cache[i]['labels'] for i in range(12)] == [images.items[i][1] for i in range(12)]
     # two processes, 6 images each, into one cache: image i's samples come from its index alone
     env = dict(os.environ, OMP_NUM_THREADS='1')
-    res = run_launch(lambda out, port: [
-        *TORCHRUN, port, 'tools/generation/extract_latents.py', str(workspace / 'demo/cls/train'), str(out), '--vae',
+    res = run_ranks_of(lambda out: [
+        'tools/generation/extract_latents.py', str(workspace / 'demo/cls/train'), str(out), '--vae',
         str(workspace / 'vae'), '--size', '32', '--batch-size', '5', '--num-workers', '0', '--launcher', 'pytorch'],
         workspace / 'cache2', env)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -128,8 +128,8 @@ auto_scale_lr = dict(base_batch_size=4)
         one = data['arr_0']
         assert one.shape == (7, 32, 32, 3) and one.dtype == np.uint8 and data['labels'].shape == (7,)
     assert len(list((tmp_path / 'samples').glob('*.png'))) == 7
-    res = run_launch(lambda out, port: [
-        *TORCHRUN, port, 'tools/generation/sample.py', str(config), str(checkpoint), '--num-samples', '7',
+    res = run_ranks_of(lambda out: [
+        'tools/generation/sample.py', str(config), str(checkpoint), '--num-samples', '7',
         '--batch-size', '2', '--out', str(out), '--launcher', 'pytorch'], tmp_path / 'samples2', env)
     assert res.returncode == 0, res.stderr[-3000:]
     for gone in ('000002.png', '000005.png'):  # as if the run had been stopped before them
@@ -139,8 +139,8 @@ auto_scale_lr = dict(base_batch_size=4)
     with np.load(res.out / 'samples_7.npz') as data:
         assert np.array_equal(data['arr_0'], one)
     # the reference statistics from two processes (every other image each, the sums added) equal one process's
-    res = run_launch(lambda out, port: [
-        *TORCHRUN, port, 'tools/generation/fid_stats.py', str(workspace / 'demo/cls/val'), str(out / 'ref2.npz'),
+    res = run_ranks_of(lambda out: [
+        'tools/generation/fid_stats.py', str(workspace / 'demo/cls/val'), str(out / 'ref2.npz'),
         '--inception', str(workspace / 'inception.pth'), '--size', '32', '--launcher', 'pytorch'], tmp_path / 'ref2',
         env)
     assert res.returncode == 0, res.stderr[-3000:]
