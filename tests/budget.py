@@ -3,6 +3,8 @@ workers), and no test file (its tests' setup, call and teardown, summed) past :d
 time in it, so that one growing file shows before the suite is over its budget."""
 from __future__ import annotations
 
+import os
+
 SUITE_BUDGET_S, WORKERS, FILE_SHARE = 480, 2, 0.10
 # one file's time differed by up to 23 % between two quiet runs on one machine, and machines differ more (Intel and
 # AMD, 2 cores): a file is judged past its limit times this
@@ -38,3 +40,15 @@ def budget_problem(seconds: dict[str, float]) -> str | None:
     return (f'suite budget: {files}. A file may take {FILE_SHARE:.0%} of {SUITE_BUDGET_S} s x {WORKERS} workers, '
             f'x {MACHINE_SPREAD} for the machines\' spread. Split the file, or share what its tests start (one '
             'process, one gloo group, fixtures built once per worker): docs/testing.md')
+
+
+def cold_compile_caches() -> str | None:
+    """Which compile caches are empty, read at a run's start, or None: inductor's and Triton's. A run that fills
+    them pays minutes the budget does not count (docs/testing.md: a cold `make test` has its own), so its files are
+    not judged against their shares."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    from triton.runtime.cache import knobs
+    empty = [f'{name} ({path})' for name, path in (('inductor', os.path.join(cache_dir(), 'fxgraph')),
+                                                   ('Triton', knobs.cache.dir))
+             if not os.path.isdir(path) or not any(os.scandir(path))]
+    return ', '.join(empty) or None

@@ -22,3 +22,16 @@ def test_a_file_already_past_its_share_is_held_at_its_measured_time():
     path, measured = 'tests/tools/test_train_tools.py', OVER_SHARE_S['tests/tools/test_train_tools.py']
     assert budget_problem({path: measured * MACHINE_SPREAD}) is None
     assert budget_problem({path: measured * MACHINE_SPREAD + 1}).startswith(f'suite budget: {path} ')
+
+
+def test_a_run_that_starts_with_an_empty_compile_cache_is_named_cold(tmp_path, monkeypatch):
+    """Inductor's FX graph cache and Triton's cache, each read where the run reads it."""
+    from tests.budget import cold_compile_caches
+    (tmp_path / 'inductor' / 'fxgraph').mkdir(parents=True)
+    (tmp_path / 'triton').mkdir()
+    monkeypatch.setenv('TORCHINDUCTOR_CACHE_DIR', str(tmp_path / 'inductor'))
+    monkeypatch.setenv('TRITON_CACHE_DIR', str(tmp_path / 'triton'))
+    assert cold_compile_caches() == f'inductor ({tmp_path}/inductor/fxgraph), Triton ({tmp_path}/triton)'
+    (tmp_path / 'inductor' / 'fxgraph' / 'entry').write_text('')
+    (tmp_path / 'triton' / 'entry').write_text('')
+    assert cold_compile_caches() is None
