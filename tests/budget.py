@@ -6,16 +6,14 @@ from __future__ import annotations
 import os
 
 SUITE_BUDGET_S, WORKERS, FILE_SHARE = 480, 2, 0.10
-# one file's time differed by up to 23 % between two quiet runs on one machine, and machines differ more (Intel and
-# AMD, 2 cores): a file is judged past its limit times this
-MACHINE_SPREAD = 1.5
-# The files already past their share, each with the most seconds it took in two measured runs (docs/testing.md: the
-# AMD machine at 068fb87 and 2f3f9e0): debts to cut, held where they are. A listed file fails past its own seconds
+# a file's time differs between runs and machines: by up to 23 % between two quiet runs on one machine, and by a
+# median 1.5x (1.3x to 1.7x) for the files no change touched between the AMD machine of 2f3f9e0 and the AMD machine of
+# 8cebc54 (docs/testing.md): a file is judged past its limit times this
+MACHINE_SPREAD = 2.0
+# The files already past their share, each with the most seconds it took in two measured runs on the faster machine
+# (docs/testing.md: 068fb87 and 2f3f9e0): debts to cut, held where they are. A listed file fails past its own seconds
 # times the spread; taking one off pays it back.
-OVER_SHARE_S = {
-    'tests/tools/test_train_tools.py': 147, 'tests/engine/test_launchers.py': 116,
-    'tests/tools/test_cuda_check.py': 114,
-}
+OVER_SHARE_S = {'tests/tools/test_train_tools.py': 147, 'tests/engine/test_launchers.py': 116}
 
 
 def file_limit_s(path: str = '') -> float:
