@@ -44,9 +44,10 @@ def cold_compile_caches() -> str | None:
     """Which compile caches are empty, read at a run's start, or None: inductor's and Triton's. A run that fills
     them pays minutes the budget does not count (docs/testing.md: a cold `make test` has its own), so its files are
     not judged against their shares."""
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
     from triton.runtime.cache import knobs
-    empty = [f'{name} ({path})' for name, path in (('inductor', os.path.join(cache_dir(), 'fxgraph')),
+    inductor = os.path.abspath(os.environ.get('TORCHINDUCTOR_CACHE_DIR') or default_cache_dir())  # as inductor reads it
+    empty = [f'{name} ({path})' for name, path in (('inductor', os.path.join(inductor, 'fxgraph')),
                                                    ('Triton', knobs.cache.dir))
              if not os.path.isdir(path) or not any(os.scandir(path))]
     return ', '.join(empty) or None

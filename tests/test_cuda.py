@@ -164,3 +164,13 @@ def test_peak_memory_weightformer_vs_deit_at_1024_and_1248():
         print(f'| {name} | {a:.1f} | {b:.1f} |')
     wf_1024, wf_1248 = rows['WF-T']
     assert 0 < wf_1024 and wf_1248 / wf_1024 < 1.8
+
+
+def test_a_forked_tool_run_uses_the_device():
+    """The fork server (mmwf/utils/fork_server.py) imports mmwf without initialising the CUDA driver (mmengine asks
+    whether CUDA is available at import): its children, the tools that the suite and the GPU check fork, use it."""
+    from tests.tool_runner import fork_server, run_python
+    res = run_python(['-c', 'import torch; x = torch.ones(2, device="cuda"); print(float((x + 1).sum().cpu()))'],
+                     fork=True)
+    assert fork_server().refused is None
+    assert res.returncode == 0 and res.stdout == '4.0\n', res.stderr

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.tool_runner import ROOT, ours, run_python
+from tests.tool_runner import ROOT, fork_server, ours, run_python
 
 # what a run can see of its process: arguments, import path, folder, environment, main module, standard input
 PROBE = '''
@@ -32,6 +32,7 @@ def probe(tmp_path, fork: bool, how: str) -> dict:
 
 @pytest.mark.parametrize('how', ['code', 'path', 'module'])
 def test_a_forked_run_sees_what_a_fresh_interpreter_sees(tmp_path, how):
+    assert fork_server().refused is None
     forked, fresh = probe(tmp_path, True, how), probe(tmp_path, False, how)
     assert forked['mmwf'] and not fresh['mmwf']  # the one difference: mmwf is imported, as every tool's first step
     assert forked['tests'] == fresh['tests'] == []
@@ -51,6 +52,7 @@ def test_a_forked_run_sees_what_a_fresh_interpreter_sees(tmp_path, how):
     ('raise KeyboardInterrupt', -signal.SIGINT, 'KeyboardInterrupt'),
     ("import sys, io; sys.stdout = io.StringIO(); print('lost'); sys.__stdout__.write('kept')", 0, None)])
 def test_a_forked_run_ends_as_a_fresh_interpreter_ends(code, status, last_line):
+    assert fork_server().refused is None  # else fork=True runs fresh too
     forked, fresh = (run_python(['-c', code], fork=fork) for fork in (True, False))
     assert forked.returncode == fresh.returncode == status
     assert forked.stdout == fresh.stdout
@@ -58,21 +60,22 @@ def test_a_forked_run_ends_as_a_fresh_interpreter_ends(code, status, last_line):
         assert forked.stderr.splitlines()[-1] == fresh.stderr.splitlines()[-1] == last_line
 
 
-def test_a_forked_run_seeds_torch_as_a_fresh_interpreter_does():
-    """Two runs draw different numbers from torch where a new process seeds torch afresh (torch 2.14 does), the same
-    numbers, a fresh run's, where it starts at a fixed seed (earlier torch)."""
-    code = 'import torch; print(torch.initial_seed(), torch.rand(3).tolist())'
-    forked = [run_python(['-c', code], fork=True).stdout for _ in range(2)]
-    fresh = [run_python(['-c', code], fork=False).stdout for _ in range(2)]
-    assert all(forked + fresh)
-    assert (forked[0] == forked[1]) == (fresh[0] == fresh[1])
-    if fresh[0] == fresh[1]:
-        assert forked[0] == fresh[0]
+def test_a_forked_run_seeds_torch_and_numpy_as_a_fresh_interpreter_does():
+    """Two runs draw different numbers from a generator that a new process seeds afresh (numpy's; torch's in torch
+    2.14), the same numbers, a fresh run's, from one that starts at a fixed seed (torch's before)."""
+    assert fork_server().refused is None
+    code = 'import numpy, torch; print(torch.initial_seed(), torch.rand(3).tolist()); print(numpy.random.rand(2))'
+    forked = [run_python(['-c', code], fork=True).stdout.splitlines() for _ in range(2)]
+    fresh = [run_python(['-c', code], fork=False).stdout.splitlines() for _ in range(2)]
+    assert all(len(lines) == 2 for lines in forked + fresh)
+    for generator in (0, 1):  # torch, numpy
+        assert (forked[0][generator] == forked[1][generator]) == (fresh[0][generator] == fresh[1][generator])
+        if fresh[0][generator] == fresh[1][generator]:
+            assert forked[0][generator] == fresh[0][generator]
 
 
 def test_a_forked_run_writes_both_streams_in_order_to_one_file(tmp_path):
     """``ForkServer.run(output=FILE)``: as ``2>&1``, what the run wrote, in its order."""
-    from tests.tool_runner import fork_server
     code = "import sys; print('out 1', flush=True); print('err 2', file=sys.stderr, flush=True); print('out 3')"
     res = fork_server().run(['-c', code], tmp_path, dict(os.environ), 60, output=tmp_path / 'log.txt')
     assert res.returncode == 0 and res.stdout is None

@@ -80,47 +80,54 @@ def run_ranks(argv: list[object], port: str, world: int = 2, cwd: Path = ROOT, e
     argv, env = [str(a) for a in argv], dict(os.environ if env is None else env)
     envs = [dict(env, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
                  MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port)) for r in range(world)]
-    forked = os.environ.get('MMWF_TOOLS_FORK') != '0' and all(
-        fork_server(r).serves(argv, envs[r]) for r in range(world))
-    if not forked:
-        procs = [subprocess.Popen([sys.executable, *argv], cwd=cwd, env=envs[r], stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
+    servers = [fork_server(r) for r in range(world)] if os.environ.get('MMWF_TOOLS_FORK') != '0' else []
+    forked = bool(servers) and all(server.serves(argv, e) for server, e in zip(servers, envs))
+    procs = [] if forked else [
+        subprocess.Popen([sys.executable, *argv], cwd=cwd, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True) for e in envs]
     results: dict[int, subprocess.CompletedProcess | BaseException] = {}
+    ended: list[int] = []  # the ranks in the order they ended
 
     def rank(r: int) -> None:
         try:
             if forked:
-                results[r] = fork_server(r).run(argv, cwd, envs[r], timeout)
+                results[r] = servers[r].run(argv, cwd, envs[r], timeout)
             else:
                 out, err = procs[r].communicate(timeout=timeout)
                 results[r] = subprocess.CompletedProcess(procs[r].args, procs[r].returncode, out, err)
         except BaseException as err:  # noqa: BLE001  (handed to the caller below)
+            results[r] = err
+        ended.append(r)
+
+    def end_the_others() -> None:
+        for r in range(world):
+            if r in results:
+                continue
             if not forked:
                 procs[r].kill()
-                procs[r].wait()
-            results[r] = err
+            elif servers[r].child is not None:
+                try:
+                    os.kill(servers[r].child, signal.SIGKILL)
+                except ProcessLookupError:  # it ended meanwhile
+                    pass
 
     threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(world)]
     for thread in threads:
         thread.start()
-    while any(thread.is_alive() for thread in threads):
-        failed = [r for r, res in results.items()
-                  if isinstance(res, BaseException) or res.returncode != 0]
-        if failed:  # end the others, as torchrun's agent does
-            for r in range(world):
-                if r not in results:
-                    pid = fork_server(r).child if forked else procs[r].pid
-                    if pid is not None:
-                        try:
-                            os.kill(pid, signal.SIGKILL)
-                        except ProcessLookupError:
-                            pass
-        time.sleep(0.05)
-    for res in results.values():
-        if isinstance(res, BaseException):
-            raise res
-    codes = [results[r].returncode for r in range(world)]
-    return subprocess.CompletedProcess([sys.executable, *argv], next((c for c in codes if c), 0),
+    try:
+        while any(thread.is_alive() for thread in threads):
+            if any(isinstance(res, BaseException) or res.returncode != 0 for res in list(results.values())):
+                end_the_others()  # as torchrun's agent does
+            time.sleep(0.05)
+    finally:  # interrupted: no rank outlives the call
+        while any(thread.is_alive() for thread in threads):
+            end_the_others()
+            time.sleep(0.05)
+    for r in ended:
+        if isinstance(results[r], BaseException):
+            raise results[r]
+    first_failed = next((results[r].returncode for r in ended if results[r].returncode), 0)
+    return subprocess.CompletedProcess([sys.executable, *argv], first_failed,
                                        ''.join(results[r].stdout for r in range(world)),
                                        ''.join(results[r].stderr for r in range(world)))
 

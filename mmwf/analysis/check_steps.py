@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mmwf.utils.fork_server import ForkServer
+from mmwf.utils.fork_server import ForkServer, ServerGone
 
 # what every step's environment adds: its output unbuffered, so that a step stopped at its time limit leaves it all
 STEP_ENV = {'PYTHONUNBUFFERED': '1'}
@@ -88,9 +88,14 @@ def run_step(step: Step, timeout: float, log, cwd: str, server: ForkServer | Non
     forked = (server is not None and step.argv[0] == sys.executable and len(step.argv) > 1
               and server.serves(step.argv[1:], env))
     try:
+        proc = None
         if forked:
-            proc = server.run(step.argv[1:], cwd, env, timeout)
-        else:
+            try:
+                proc = server.run(step.argv[1:], cwd, env, timeout)
+            except (ServerGone, OSError, ValueError) as err:  # the server failed, not the step: run it fresh
+                log.write(f'the fork server failed ({err!r}): {step.name} starts in a fresh interpreter\n')
+                forked = False
+        if proc is None:
             proc = subprocess.run(step.argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
         output, status = proc.stdout + proc.stderr, 'passed' if proc.returncode == 0 else 'failed'
         reason = '' if proc.returncode == 0 else f'exit status {proc.returncode}'

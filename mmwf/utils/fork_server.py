@@ -7,7 +7,10 @@ status the interpreter's own. One difference stays: every child has the server's
 read at start); runs that compare set orders need fresh interpreters.
 
 The server refuses, and the client then runs fresh interpreters, where importing mmwf printed anything, started a
-thread or initialised CUDA: a forked child of a process that holds a CUDA context cannot use the device.
+thread or left CUDA unusable in a forked child. A child of a process whose CUDA driver is initialised cannot use the
+device, and asking whether CUDA is available initialises it (mmengine asks at import): the server imports mmwf with
+``PYTORCH_NVML_BASED_CUDA_CHECK=1``, so that the question goes to NVML, and where NVML sees a device it checks that a
+forked child can use it.
 
 This file imports nothing of mmwf at its top: the server loads it by path, so that the import of mmwf it times and
 checks is the first. Protocol, one JSON line each way: the server says ``{"ready": true}`` or ``{"refused": why}``
@@ -67,7 +70,7 @@ def _fresh_seeds() -> None:
         sys.modules['numpy'].random.seed()
     torch = sys.modules.get('torch')
     if torch is not None and torch.initial_seed() != torch.Generator().initial_seed():
-        torch.seed()
+        torch.default_generator.seed()  # the CPU generator only: a new process seeds no device's from it
 
 
 def _run(request: dict, base_path: list[str]) -> int:
@@ -76,6 +79,7 @@ def _run(request: dict, base_path: list[str]) -> int:
     import runpy
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
+    os.close(devnull)
     for fd, path in ((1, request['stdout']), (2, request['stderr'])):
         if fd == 2 and path == request['stdout']:  # one file for both, as 2>&1
             os.dup2(1, 2)
@@ -147,6 +151,8 @@ def import_refusal() -> str | None:
     """Import mmwf with its output caught at the file descriptors (not at ``sys.stdout``, which what the import
     built may hold); why children of this process would not be the runs a fresh interpreter makes, or None."""
     saved = os.dup(1), os.dup(2)
+    nvml_check = os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK')
+    os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'] = '1'  # "is CUDA available?" asks NVML, not the driver
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 1)
         os.dup2(captured.fileno(), 2)
@@ -155,16 +161,45 @@ def import_refusal() -> str | None:
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
+            import ctypes
+            ctypes.CDLL(None).fflush(None)  # what C code buffered goes to the capture, not to the replies
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            if nvml_check is None:
+                del os.environ['PYTORCH_NVML_BASED_CUDA_CHECK']
+            else:
+                os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'] = nvml_check
         captured.seek(0)
         printed = captured.read().decode(errors='replace')
     if printed:
         return f'importing mmwf printed: {printed[:500]!r}'
     if threading.active_count() != 1:
         return f'importing mmwf started threads: {[t.name for t in threading.enumerate()]}'
-    if sys.modules['torch'].cuda.is_initialized():
+    return cuda_fork_problem()
+
+
+def cuda_fork_problem() -> str | None:
+    """Why a child forked from this process could not use CUDA, or None: CUDA initialised here, or, where NVML sees a
+    device, a forked probe that fails to put a tensor on it."""
+    torch = sys.modules['torch']
+    if torch.cuda.is_initialized():
         return 'importing mmwf initialised CUDA: a forked child could not use the device'
+    if not torch.cuda._is_compiled() or torch.cuda._device_count_nvml() <= 0:
+        return None  # no device that a child could use
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            torch.zeros(1, device='cuda')
+            torch.cuda.synchronize()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        return 'a child forked after importing mmwf could not use CUDA (the driver was initialised by the import)'
     return None
 
 
@@ -232,6 +267,11 @@ class ForkServer:
         return json.loads(line)
 
     def close(self) -> None:
+        if self.child is not None:  # a run under way (its caller was interrupted): it ends with the server
+            try:
+                os.kill(self.child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         if self.proc.poll() is None:
             self.proc.stdin.close()
             try:
@@ -263,8 +303,10 @@ class ForkServer:
         so far) past ``timeout``. Anything unexpected (an interrupt, the server gone) ends the server, so that the
         protocol never falls out of step."""
         with tempfile.TemporaryDirectory() as tmp:
-            out, err = (Path(output), Path(output)) if output else (Path(tmp, 'stdout'), Path(tmp, 'stderr'))
-            request = dict(argv=argv, cwd=str(cwd), env=env, stdout=str(out), stderr=str(err))
+            out = err = Path(output).absolute() if output else None  # the child opens it from the server's folder
+            if not output:
+                out, err = Path(tmp, 'stdout'), Path(tmp, 'stderr')
+            request = dict(argv=argv, cwd=str(Path(cwd).absolute()), env=env, stdout=str(out), stderr=str(err))
             pid = None
             try:
                 self.proc.stdin.write((json.dumps(request) + '\n').encode())

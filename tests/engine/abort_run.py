@@ -1,6 +1,6 @@
 """A rank for tests/engine/test_two_ranks.py: in a folder not named 'again', rank 1 aborts as gloo's threads once did
 ('terminate called ...') or, with 'raise', fails with a Python error, and with 'raise-while-0-waits' does so while
-rank 0 waits for a barrier; otherwise each rank writes its file."""
+rank 0 waits for it to join the process group; otherwise each rank writes its file."""
 import os
 import sys
 from pathlib import Path
@@ -11,8 +11,8 @@ def main(out: str, how: str) -> None:
     if how == 'raise-while-0-waits':
         if rank == 0:
             import torch.distributed as dist
-            dist.init_process_group('gloo')
-            dist.barrier()  # never met: rank 1 fails first
+            dist.init_process_group('gloo')  # waits for rank 1, which fails first
+            dist.barrier()
         raise RuntimeError('a failure of the code under test')
     if rank == 1 and Path(out).name != 'again':
         if how == 'raise':
