@@ -64,8 +64,9 @@ def run_python(argv: list[object], cwd: Path = ROOT, env: dict | None = None, ti
     argv, cwd, env = [str(a) for a in argv], Path(cwd), dict(os.environ if env is None else env)
     if fork is None:
         fork = ours(argv, cwd) and os.environ.get('MMWF_TOOLS_FORK') != '0'
-    if fork and fork_server().serves(argv, env):
-        return fork_server().run(argv, cwd, env, timeout)
+    server = fork_server() if fork else None
+    if server is not None and server.serves(argv, env):
+        return server.run(argv, cwd, env, timeout)
     return fresh_python(argv, cwd, env, timeout)
 
 

@@ -61,8 +61,9 @@ def run(args: list[str], log: str) -> None:
     global SERVER
     if SERVER is None:
         SERVER = ForkServer(os.environ, ROOT)
-    if SERVER.serves(args, dict(os.environ)):
-        proc = SERVER.run(args, ROOT, dict(os.environ), None, output=log)
+    env = dict(os.environ)
+    if SERVER.serves(args, env):
+        proc = SERVER.run(args, ROOT, env, None, output=log)
     else:
         with open(log, 'w') as f:
             proc = subprocess.run([sys.executable, *args], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)

@@ -18,6 +18,7 @@ once; then for each request ``{"argv", "cwd", "env", "stdout", "stderr"}`` it an
 and ``{"returncode": code}`` (negative: the signal) when the child has ended."""
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -131,14 +132,18 @@ def _finish() -> None:
     """What the interpreter does at exit that anyone observes: wait for the threads that are not daemons, run the
     ``atexit`` functions, collect garbage (finalizers, files closed), flush every stream, C's too. Not done: the
     teardown of every module one by one (about 2 s with the stack imported)."""
-    import atexit
-    import ctypes
     import gc
     for step in (threading._shutdown, atexit._run_exitfuncs, gc.collect):
         try:
             step()
         except BaseException:  # noqa: BLE001  (the interpreter reports these and goes on)
             sys.excepthook(*sys.exc_info())
+    _flush_output()
+
+
+def _flush_output() -> None:
+    """Write out what Python's streams and C's stdio hold."""
+    import ctypes
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             stream.flush()
@@ -159,10 +164,7 @@ def import_refusal() -> str | None:
         try:
             import mmwf  # noqa: F401
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            import ctypes
-            ctypes.CDLL(None).fflush(None)  # what C code buffered goes to the capture, not to the replies
+            _flush_output()  # what the import buffered goes to the capture, not to the replies
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             for fd in saved:
@@ -235,7 +237,7 @@ class ForkServer:
     """A fork server started with ``env`` in ``cwd``, ended with this process or :meth:`close`. A run is forked
     from it where its environment differs from ``env`` only in ``runtime_only``: variables read when a run runs,
     never while mmwf is imported (torch, Triton and mmwf read some at import). ``refused``: why the server serves
-    nothing (its import printed, started a thread or initialised CUDA; it exited; it did not answer)."""
+    nothing (its import printed, started a thread or left CUDA unusable in a child; it exited; it did not answer)."""
 
     def __init__(self, env: dict[str, str], cwd: str | Path, runtime_only: frozenset[str] = frozenset()) -> None:
         self.env, self.runtime_only = dict(env), runtime_only
@@ -250,7 +252,6 @@ class ForkServer:
             self.refused = 'no answer in 300 s' if hello is None else hello.get('refused')
         except ServerGone:
             self.refused = f'it exited: {Path(self.log.name).read_text()[-2000:]}'
-        import atexit
         atexit.register(self.close)
 
     def answer(self, timeout: float | None) -> dict | None:
