@@ -50,11 +50,13 @@ def test_command_line_lists_and_exports(tmp_path):
 WORKERS = [f'{loader}_dataloader.{key}' for loader in ('train', 'val', 'test')
            for key in ('num_workers=0', 'persistent_workers=False')]
 # the runs shortened for a CPU: one iteration at 64 (one image a batch, in fp32, for detection; two for segmentation,
-# whose pooling module's batch norm needs them), one epoch for classification
+# whose pooling module's batch norm needs them), one epoch for classification; the detector tests 100 proposals and
+# keeps 20 detections an image (1000 and 100 cost the CPU its three box heads and the mask head: 3 s an image)
 DENSE = ['image_size=64', 'train_cfg.max_iters=1', 'train_cfg.val_interval=1', *WORKERS]
 GUIDE_RUNS = {
     'my_det': ('mmdet', 'cascade_wf_t_coco', 'coco', 'coco/bbox_mAP', 64, 'iter_1.pth',
-               [*DENSE, 'optim_wrapper.type=OptimWrapper', 'train_dataloader.batch_size=1']),
+               [*DENSE, 'optim_wrapper.type=OptimWrapper', 'train_dataloader.batch_size=1',
+                'model.test_cfg.rpn.max_per_img=100', 'model.test_cfg.rcnn.max_per_img=20']),
     'my_seg': ('mmseg', 'upernet_wf_t_ade20k', 'ade', 'mIoU', 64, 'iter_1.pth',
                [*DENSE, 'train_dataloader.batch_size=2']),
     'my_cls': ('mmpretrain', 'weightformer_t_in1k', 'cls', 'accuracy/top1', 64, 'epoch_1.pth',
