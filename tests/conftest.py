@@ -41,6 +41,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.path not in slow_files)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
+    """A worker of ``--dist loadgroup`` reports each test's node id ending in its group (every test has one: see
+    :func:`pytest_collection_modifyitems`). A pytest whose node ids ignore pytest-xdist's write spreads each file over
+    the workers and builds its module fixtures (a Slurm, a GPU check's dry run) on each, silently: refused."""
+    if node.config.getvalue('dist') == 'loadgroup' and ids and '@' not in ids[0].rpartition(']')[2]:
+        import xdist
+        pytest.exit(f'--dist loadgroup: {ids[0]} has lost its xdist_group: pytest {pytest.__version__} keeps node ids '
+                    f'where pytest-xdist {xdist.__version__} does not write the group, so the tests of a file would '
+                    'spread over the workers. Install requirements/tests.txt (pytest<9.2), or run without -n.',
+                    returncode=pytest.ExitCode.USAGE_ERROR)
+
+
 _file_seconds: dict[str, float] = {}
 _cold_caches: str | None = None
 
