@@ -29,16 +29,24 @@ def _seed():
     torch.manual_seed(0)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist hands the groups out largest first by default, which sends the single long tests (each in a group of
+    # its own) last: the order of pytest_collection_modifyitems holds instead
+    config.option.loadscopereorder = False
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Balance the xdist workers (``make test``: ``--dist loadgroup``): the tests of a file share a worker (their
-    module fixtures are built once) unless a test names its own ``xdist_group``; files with slow tests are handed out
-    first, so that what a worker takes last is short."""
+    module fixtures are built once) unless a test names its own ``xdist_group``. Longest first, so that what a
+    worker takes last is short: the tests that name a group (the long ones, given a worker of their own), then the
+    files with slow tests, then the rest."""
     slow_files = {item.path for item in items if item.get_closest_marker('slow')}
+    named = {item.nodeid for item in items if item.get_closest_marker('xdist_group') is not None}
     for item in items:
-        if item.get_closest_marker('xdist_group') is None:
+        if item.nodeid not in named:
             item.add_marker(pytest.mark.xdist_group(str(item.path.relative_to(config.rootpath))))
-    items.sort(key=lambda item: item.path not in slow_files)
+    items.sort(key=lambda item: (item.nodeid not in named, item.path not in slow_files))
 
 
 @pytest.hookimpl(optionalhook=True)
