@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from mmengine.config import Config
 
-from mmwf.configs import CONFIG_ROOT, config_file, config_files, export_config
+from mmwf.configs import CONFIG_ROOT, FormattedOnceConfig, config_file, config_files, export_config, formatted_once
 from tests.tool_runner import run_python, run_tool
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +37,29 @@ def test_unknown_name_and_file_dest_are_refused(tmp_path):
     (tmp_path / 'f').write_text('')
     with pytest.raises(NotADirectoryError, match='is a file; give a folder'):
         export_config('cascade_wf_t_coco', tmp_path / 'f')
+
+
+def test_the_config_text_is_mmengines_formatted_once_for_each_content(monkeypatch):
+    """A FormattedOnceConfig's pretty_text is a plain Config's, each computed apart; yapf formats it once however
+    often it is asked, in a copy too (a runner holds a deep copy), and again once the dict has changed."""
+    import copy
+
+    import mmengine.config.config as mmengine_config
+    path = str(config_file('upernet_wf_t_demo'))
+    plain, changed = Config.fromfile(path), Config.fromfile(path)
+    changed.model.backbone.drop_path_rate = 0.25
+    expected, expected_changed = plain.pretty_text, changed.pretty_text
+    assert expected != expected_changed
+    calls = []
+    format_code = mmengine_config.FormatCode
+    monkeypatch.setattr(mmengine_config, 'FormatCode', lambda *a, **k: calls.append(1) or format_code(*a, **k))
+    cfg = formatted_once(plain)
+    assert [cfg.pretty_text for _ in range(3)] == [expected] * 3 and len(calls) == 1
+    held = copy.deepcopy(cfg)
+    assert type(held) is FormattedOnceConfig and held.pretty_text == expected and len(calls) == 1
+    held.model.backbone.drop_path_rate = 0.25
+    assert held.pretty_text == expected_changed and held.pretty_text == expected_changed and len(calls) == 2
+    assert formatted_once(held) is held and formatted_once(dict(a=1)).to_dict() == dict(a=1)
 
 
 @pytest.mark.slow

@@ -13,7 +13,9 @@ TORCH_VER=$(pin torch)
 TORCHVISION_VER=$(pin torchvision)
 MMCV_VER=$(pin mmcv)
 
-step() { CURRENT_STEP="$1"; echo "==> [mmwf install] $1"; }
+START=$SECONDS
+elapsed() { printf "%d:%02d" $(( (SECONDS - START) / 60 )) $(( (SECONDS - START) % 60 )); }  # since the start
+step() { CURRENT_STEP="$1"; echo "==> [mmwf install] $(elapsed) $1"; }
 fail() {
   echo "!! [mmwf install] step failed: ${CURRENT_STEP:-start}" >&2
   echo "!! $1" >&2
@@ -141,3 +143,4 @@ fi
 step "stack check"
 "$PY" -c "import mmwf; from mmwf.utils import check_stack; check_stack(require_mmcv_ops=True); print('stack ok')" \
   || fail "the stack check failed (message above)"
+echo "==> [mmwf install] $(elapsed) done"

@@ -35,7 +35,7 @@ def build_runner(cfg: Config, splits: tuple[str, ...]):
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
-    from mmwf.configs import take_followed
+    from mmwf.configs import formatted_once, take_followed
     from mmwf.engine.runner import log_followed
 
     followed = take_followed(cfg)
@@ -43,7 +43,7 @@ def build_runner(cfg: Config, splits: tuple[str, ...]):
     check_dataset_paths(cfg, splits)
     adapt_to_device(cfg)
     init_cpu_distributed(cfg)
-    runner = RUNNERS.build(cfg)
+    runner = RUNNERS.build(formatted_once(cfg))  # the config text formatted once, not at each use
     log_followed(runner.logger, followed)
     path = cfg.get('load_from')
     if not isinstance(runner, Runner) and path and '://' not in str(path):

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from mmengine.config import Config, ConfigDict
 from mmengine.runner import Runner
 
-from mmwf.configs import FollowedField, follow_image_size, take_followed
+from mmwf.configs import FollowedField, follow_image_size, formatted_once, take_followed
 from mmwf.registry import RUNNERS
 
 
@@ -33,7 +33,7 @@ class ImageSizeRunner(Runner):
     def from_cfg(cls, cfg: Config | ConfigDict | dict) -> Runner:
         """Build the runner of ``cfg`` (a copy) with its image size followed, and log what that did (here, or in the
         tool that loaded the config: :func:`mmwf.configs.record_followed`)."""
-        cfg = copy.deepcopy(cfg) if isinstance(cfg, Config) else ConfigDict(copy.deepcopy(cfg))
+        cfg = formatted_once(copy.deepcopy(cfg) if isinstance(cfg, Config) else ConfigDict(copy.deepcopy(cfg)))
         followed = [*take_followed(cfg), *follow_image_size(cfg)]
         runner = super().from_cfg(cfg)
         log_followed(runner.logger, followed)
