@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from mmengine.config import Config
 
+from tests.tool_runner import run_python, typed_words
+
 ROOT = Path(__file__).resolve().parents[1]
 NEEDS_COCO = 'COCO (the demo data stands in: tests/tools/test_train_tools.py)'
 # (page, the block's first line) -> 'run' or what it needs and where its path is tested small
@@ -75,9 +77,10 @@ def block(page: str, first: str) -> str:
 def test_the_config_examples_of_your_project_run(tmp_path):
     """The guide's commands and configs as written, in a project folder: the export, then each config read by
     mmengine and loaded as mmwf's tools load it (the small recipe at its size; the config with our modules built)."""
-    env = dict(os.environ, PATH=f'{Path(sys.executable).parent}{os.pathsep}{os.environ["PATH"]}')
     for line in block('guides/your_project.md', 'python -m mmwf.configs --list').splitlines():
-        res = subprocess.run(['bash', '-c', line], cwd=tmp_path, env=env, capture_output=True, text=True)
+        words = typed_words(line, tmp_path)  # as typed; the python command run with the venv's python
+        assert words[0] == 'python', line
+        res = run_python(words[1:], cwd=tmp_path)
         assert res.returncode == 0, res.stderr[-2000:]
     from mmwf.configs import follow_image_size
     for first, name in (('# configs/my_det.py', 'my_det.py'), ('# configs/small.py', 'small.py')):

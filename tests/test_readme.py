@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mmwf.configs import metafile_models
-from tests.tool_runner import run_python
+from tests.tool_runner import run_python, typed_words
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / 'README.md').read_text()
@@ -77,10 +77,9 @@ def test_quick_start_commands_run(tmp_path):
     commands = [line.split('  #')[0].strip() for line in block.splitlines() if line.strip()]
     assert len(commands) == 6
     for command in commands:
-        # the words bash makes of the line as typed (its $(...) run), then that python command (the venv's python,
-        # the one on a user's PATH after `make demo`)
-        words = subprocess.run(['bash', '-c', f'printf "%s\\0" {command}'], cwd=tmp_path, env=env,
-                               capture_output=True, text=True, check=True).stdout.split('\0')[:-1]
+        # the words bash makes of the line as typed, then that python command (the venv's python, the one on a
+        # user's PATH after `make demo`)
+        words = typed_words(command, tmp_path, env)
         assert words[0] == 'python', command
         res = run_python([*words[1:], *SMALL.get(words[1], [])], cwd=tmp_path, env=env, timeout=600)
         assert res.returncode == 0, f'{command}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}'

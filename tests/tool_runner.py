@@ -133,6 +133,13 @@ def run_ranks(argv: list[object], port: str, world: int = 2, cwd: Path = ROOT, e
                                        ''.join(results[r].stderr for r in range(world)))
 
 
+def typed_words(line: str, cwd: Path, env: dict | None = None) -> list[str]:
+    """The words bash makes of a command ``line`` as a user types it in ``cwd`` (its ``$(...)`` run, its comment
+    dropped), for a test to run the program they name (a ``python`` command through :func:`run_python`)."""
+    return subprocess.run(['bash', '-c', f'printf "%s\\0" {line}'], cwd=cwd, env=env, capture_output=True, text=True,
+                          check=True).stdout.split('\0')[:-1]
+
+
 def run_tool(*args: object, cwd: Path = ROOT, env: dict | None = None, ok: bool | None = True,
              timeout: float | None = None) -> subprocess.CompletedProcess:
     """``python ARGS`` from ``cwd`` (the repository), output captured as text (:func:`run_python`). ``ok=True``: a

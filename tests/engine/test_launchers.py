@@ -53,6 +53,9 @@ def check_ranks(seen: list[dict], local: list[int], node: list[int | None]) -> N
     assert [s['local_rank'] for s in seen] == local and [s['node'] for s in seen] == node
 
 
+# the real launchers' starts are slow (their own processes, 10 to 13 s each on 2 cores): `make quick` keeps the
+# stand-ins' variables, which test how mmwf reads each launcher, and `make test` runs the launchers themselves
+@pytest.mark.slow
 def test_torchrun_on_two_nodes(tmp_path):
     """Two torchrun starts on localhost, one process each, as two nodes: ranks 0 and 1, both local rank 0."""
     def cmd(out, port):
@@ -82,6 +85,7 @@ def test_open_mpi_variables(tmp_path):
     check_ranks(ranks(tmp_path), local=[0, 1], node=[None, None])
 
 
+@pytest.mark.slow
 def test_srun_on_a_real_slurm(slurm, tmp_path):
     res = run_launch(lambda out, port: ['srun', '--ntasks=2', '--cpus-per-task=1', '--kill-on-bad-exit=1', *PROBE,
                                         str(out), 'slurm'], tmp_path, probe_env(SLURM_CONF=slurm['SLURM_CONF']),
@@ -90,6 +94,7 @@ def test_srun_on_a_real_slurm(slurm, tmp_path):
     check_ranks(ranks(res.out), local=[0, 1], node=[0, 0])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(MPI_REASON is not None, reason=f'no mpirun here: {MPI_REASON}')
 def test_mpirun(tmp_path):
     res = run_launch(lambda out, port: mpirun_command(2, port, *PROBE, str(out), 'mpi'), tmp_path, probe_env(),

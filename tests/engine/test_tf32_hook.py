@@ -1,18 +1,21 @@
 """TF32Hook after a script that set TF32 through torch's legacy API, its new per-backend API or both: the hook and a
-toy run go through, TF32 is as the hook says for the run, and every setting reads as before after it. In a fresh
-interpreter (tests/utils/tf32_run.py): TF32 is process-global state."""
+toy run go through, TF32 is as the hook says for the run, and every setting reads as before after it. In a process of
+its own (tests/utils/tf32_run.py): TF32 is process-global state."""
 import json
 
 import pytest
 
-from tests.tool_runner import run_tool
+from tests.tool_runner import run_python
 from tests.utils.tf32_run import HOOK_CASES
 
 
 @pytest.fixture(scope='module')
 def observed(tmp_path_factory):
     out = tmp_path_factory.mktemp('tf32') / 'hook.json'
-    run_tool('-m', 'tests.utils.tf32_run', 'hook', out)
+    # forked from the tools' fork server: a fresh interpreter's state after `import mmwf`, the helper's first
+    # line, without its 4 s of imports
+    res = run_python(['-m', 'tests.utils.tf32_run', 'hook', out], fork=True)
+    assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(out.read_text())
 
 

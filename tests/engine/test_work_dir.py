@@ -19,7 +19,13 @@ from mmwf.engine.work_dir import LOCK, OWNER, owned_work_dir
 from tests.tool_runner import run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
-HOLD = ('import sys, time\nfrom mmwf.engine.work_dir import owned_work_dir\n'
+# the other processes load mmwf/engine/work_dir.py alone (it imports only the standard library), not mmwf: an
+# import of mmwf costs a process 3 to 4 s of torch on 2 cores, and the race starts four
+LOAD = ('import importlib.util, sys\n'
+        f'spec = importlib.util.spec_from_file_location("work_dir", {str(Path(work_dir_module.__file__))!r})\n'
+        'work_dir = sys.modules["work_dir"] = importlib.util.module_from_spec(spec)\n'
+        'spec.loader.exec_module(work_dir)\nowned_work_dir = work_dir.owned_work_dir\n')
+HOLD = (LOAD + 'import time\n'
         'with owned_work_dir(sys.argv[1]) as notes:\n    print("held", notes, flush=True)\n    time.sleep(600)\n')
 
 
@@ -90,7 +96,7 @@ def test_a_new_pid_namespace_with_the_old_owners_pid_takes_the_folder(tmp_path):
     assert 'taken over from a run that ended without releasing it (pid 1 on' in again.stdout
 
 
-RACE = ('import sys, time\nfrom pathlib import Path\nfrom mmwf.engine.work_dir import owned_work_dir\n'
+RACE = (LOAD + 'import time\nfrom pathlib import Path\n'
         'print("ready", flush=True)\nwhile not Path(sys.argv[2]).exists():\n    time.sleep(0.001)\n'
         'try:\n    with owned_work_dir(sys.argv[1]):\n        print("owned", flush=True)\n'
         '        while not Path(sys.argv[3]).exists():\n            time.sleep(0.01)\n'

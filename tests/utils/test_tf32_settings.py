@@ -1,5 +1,5 @@
 """mmwf.utils.tf32_settings: TF32 read, set and put back whichever of torch's APIs a script set before, observed in a
-fresh interpreter (tests/utils/tf32_run.py: TF32 is process-global state), and on a torch without the new API
+process of its own (tests/utils/tf32_run.py: TF32 is process-global state), and on a torch without the new API
 (stand-ins for torch's flags)."""
 import json
 
@@ -8,7 +8,7 @@ import torch
 
 from mmwf.utils import tf32_settings as tf32_module
 from mmwf.utils.tf32_settings import cudnn_tf32, matmul_tf32, restore_tf32, set_tf32, tf32
-from tests.tool_runner import run_tool
+from tests.tool_runner import run_python
 from tests.utils.tf32_run import SCRIPTS
 
 SWITCHES = [(m, c) for m in (True, False, None) for c in (True, False, None)]
@@ -17,7 +17,10 @@ SWITCHES = [(m, c) for m in (True, False, None) for c in (True, False, None)]
 @pytest.fixture(scope='module')
 def observed(tmp_path_factory):
     out = tmp_path_factory.mktemp('tf32') / 'helper.json'
-    run_tool('-m', 'tests.utils.tf32_run', 'helper', out)
+    # forked from the tools' fork server: a fresh interpreter's state after `import mmwf`, the helper's first
+    # line, without its 4 s of imports
+    res = run_python(['-m', 'tests.utils.tf32_run', 'helper', out], fork=True)
+    assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(out.read_text())
 
 
