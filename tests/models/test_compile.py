@@ -62,14 +62,15 @@ FAMILIES = {
 
 
 class GraphCounter:
-    """A dynamo backend that counts the graphs it is given and runs them as traced (eager kernels)."""
+    """A dynamo backend that counts the graphs it is given and hands each to ``backend`` (a dynamo backend), or runs
+    it as traced (eager kernels)."""
 
-    def __init__(self) -> None:
-        self.graphs = 0
+    def __init__(self, backend=None) -> None:
+        self.graphs, self.backend = 0, backend
 
     def __call__(self, gm, example_inputs):
         self.graphs += 1
-        return gm.forward
+        return gm.forward if self.backend is None else self.backend(gm, example_inputs)
 
 
 def outputs(out) -> list[torch.Tensor]:
@@ -82,23 +83,25 @@ def test_every_family_compiles_as_one_graph(family, training):
     """One graph and no break for the forward; in training AOT autograd traces the backward too, and the outputs
     and every parameter's gradient equal eager's to float32 rounding over a few layers (the graph runs the same
     kernels, so only reassociation can differ)."""
+    from torch._dynamo.backends.registry import lookup_backend
     torch._dynamo.reset()
     build, shape = FAMILIES[family]
     model = build().train(training)
     x = torch.randn(shape)
-    counter = GraphCounter()
-    with torch.set_grad_enabled(training):
-        torch.compile(model, backend=counter, fullgraph=True)(x)
-    assert counter.graphs == 1
     if not training:
+        counter = GraphCounter()
+        with torch.no_grad():
+            torch.compile(model, backend=counter, fullgraph=True)(x)
+        assert counter.graphs == 1
         return
-    torch._dynamo.reset()
     torch.manual_seed(1)  # the same draws (label dropout, drop path) in both runs
     eager = outputs(model(x))
     parameters = [p for p in model.parameters() if p.requires_grad]  # not DiT's fixed positions
     eager_grads = torch.autograd.grad(sum(o.square().mean() for o in eager), parameters, allow_unused=True)
     torch.manual_seed(1)
-    compiled = outputs(torch.compile(model, backend='aot_eager', fullgraph=True)(x))
+    counter = GraphCounter(lookup_backend('aot_eager'))  # one trace: counted, then AOT autograd's
+    compiled = outputs(torch.compile(model, backend=counter, fullgraph=True)(x))
+    assert counter.graphs == 1
     grads = torch.autograd.grad(sum(o.square().mean() for o in compiled), parameters, allow_unused=True)
     for a, b in zip(eager, compiled, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
