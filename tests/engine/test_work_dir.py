@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # the other processes load mmwf/engine/work_dir.py alone (it imports only the standard library), not mmwf: an
 # import of mmwf costs a process 3 to 4 s of torch on 2 cores, and the race starts four
 LOAD = ('import importlib.util, sys\n'
-        f'spec = importlib.util.spec_from_file_location("work_dir", {str(Path(work_dir_module.__file__))!r})\n'
+        f'spec = importlib.util.spec_from_file_location("work_dir", {work_dir_module.__file__!r})\n'
         'work_dir = sys.modules["work_dir"] = importlib.util.module_from_spec(spec)\n'
         'spec.loader.exec_module(work_dir)\nowned_work_dir = work_dir.owned_work_dir\n')
 HOLD = (LOAD + 'import time\n'
